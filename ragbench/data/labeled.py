@@ -1,0 +1,101 @@
+"""A labeled retrieval set: corpus, queries, graded document qrels and optional span evidence.
+
+Labels live at the document level (``qrels``: query id → doc id → grade, as in BEIR / trec_eval)
+and, where known, at the character-span level (``evidence``), so that evaluation can project any
+chunker's rankings back onto them. ``fingerprint`` hashes the content and keys caches and runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from ragbench.types import Document, Query
+
+__all__ = ["Evidence", "LabeledSet", "Qrels"]
+
+Qrels = dict[str, dict[str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """A character span ``[start, end)`` of document ``doc_id`` that answers query ``query_id``."""
+
+    query_id: str
+    doc_id: str
+    start: int
+    end: int
+    grade: int = 1
+
+    @property
+    def length(self) -> int:
+        """Span length in characters."""
+        return self.end - self.start
+
+
+@dataclass(eq=False)
+class LabeledSet:
+    """Documents, queries of one split, their qrels and (optionally) span evidence."""
+
+    name: str
+    documents: list[Document]
+    queries: list[Query]
+    qrels: Qrels
+    evidence: dict[str, list[Evidence]] = field(default_factory=dict)
+    split: str = "test"
+
+    @cached_property
+    def doc_index(self) -> dict[str, Document]:
+        """Documents by id."""
+        return {d.id: d for d in self.documents}
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """SHA-256 over documents, queries, qrels, evidence and split (order-independent ids)."""
+        h = hashlib.sha256()
+
+        def put(*parts: object) -> None:
+            for part in parts:
+                h.update(str(part).encode("utf-8", "surrogatepass"))
+                h.update(b"\x1f")
+            h.update(b"\x1e")
+
+        put("split", self.split)
+        for d in sorted(self.documents, key=lambda d: d.id):
+            put("doc", d.id, d.text)
+        for q in sorted(self.queries, key=lambda q: q.id):
+            put("query", q.id, q.text)
+        for qid in sorted(self.qrels):
+            for did, grade in sorted(self.qrels[qid].items()):
+                put("qrel", qid, did, grade)
+        for qid in sorted(self.evidence):
+            for e in sorted(self.evidence[qid], key=lambda e: (e.doc_id, e.start, e.end)):
+                put("span", qid, e.doc_id, e.start, e.end, e.grade)
+        return h.hexdigest()
+
+    @property
+    def has_spans(self) -> bool:
+        """Whether span-level evaluation is possible."""
+        return bool(self.evidence)
+
+    def subset(self, query_ids: Iterable[str]) -> LabeledSet:
+        """The same corpus with only the given queries (in the given order)."""
+        wanted = list(dict.fromkeys(query_ids))
+        by_id = {q.id: q for q in self.queries}
+        return LabeledSet(
+            name=self.name,
+            documents=self.documents,
+            queries=[by_id[q] for q in wanted if q in by_id],
+            qrels={q: self.qrels[q] for q in wanted if q in self.qrels},
+            evidence={q: self.evidence[q] for q in wanted if q in self.evidence},
+            split=self.split,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"LabeledSet({self.name!r}, split={self.split!r}, documents={len(self.documents)}, "
+            f"queries={len(self.queries)}, judgements={sum(map(len, self.qrels.values()))}, "
+            f"spans={sum(map(len, self.evidence.values()))})"
+        )

@@ -1,0 +1,261 @@
+"""Embedders: sentence-transformers models, a model-free hashing embedder, and a fallback chain.
+
+Every embedder returns float32 ``(n, d)`` arrays and exposes ``identity``: the string that keys the
+embedding cache (model identity, prompts, max length, normalisation; not batch size or device,
+which do not change the vectors).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field
+
+from ragbench.errors import RagbenchError
+from ragbench.models import DEFAULT_MODEL, model_identity, resolve_model
+from ragbench.protocols import Embedder, Role
+from ragbench.registry import ComponentConfig, component_field, registry
+from ragbench.text.tokenize import TokenizerConfig, WordTokenizer
+
+__all__ = [
+    "EmbedStats",
+    "EmbeddingError",
+    "FallbackConfig",
+    "FallbackEmbedder",
+    "HashingConfig",
+    "HashingEmbedder",
+    "SentenceTransformerConfig",
+    "SentenceTransformerEmbedder",
+]
+
+log = logging.getLogger(__name__)
+
+
+class EmbeddingError(RagbenchError):
+    """An embedder could not produce vectors (model missing, provider down, bad input)."""
+
+
+@dataclass
+class EmbedStats:
+    """Counters an embedder keeps so callers can report throughput."""
+
+    texts: int = 0
+    seconds: float = 0.0
+
+    @property
+    def per_second(self) -> float:
+        """Texts embedded per second of model time."""
+        return self.texts / self.seconds if self.seconds > 0 else 0.0
+
+
+class SentenceTransformerConfig(ComponentConfig):
+    """A sentence-transformers bi-encoder: any local path or hub id."""
+
+    kind: Literal["sentence-transformers"] = "sentence-transformers"
+    model: str = DEFAULT_MODEL
+    revision: str | None = None
+    batch_size: int = Field(32, gt=0)
+    max_seq_length: int | None = Field(None, gt=0)
+    normalize: bool = True
+    query_prompt: str = ""
+    document_prompt: str = ""
+    device: str = "cpu"
+
+
+_MODELS: dict[tuple[str, str | None, str], Any] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _load_sentence_transformer(name: str, revision: str | None, device: str) -> Any:
+    """Load a model once per process and share it between embedders."""
+    key = (resolve_model(name), revision, device)
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            from sentence_transformers import SentenceTransformer
+
+            try:
+                _MODELS[key] = SentenceTransformer(key[0], revision=revision, device=device)
+            except Exception as exc:
+                raise EmbeddingError(
+                    f"cannot load sentence-transformers model {name!r} ({key[0]}): {exc}"
+                ) from exc
+        return _MODELS[key]
+
+
+class SentenceTransformerEmbedder:
+    """Embeds with a sentence-transformers model; prompts apply per role (bge-style prefixes)."""
+
+    def __init__(self, config: SentenceTransformerConfig | None = None) -> None:
+        self.config = config or SentenceTransformerConfig()
+        self.stats = EmbedStats()
+
+    @property
+    def model(self) -> Any:
+        """The shared ``SentenceTransformer`` instance (loaded on first use)."""
+        return _load_sentence_transformer(
+            self.config.model, self.config.revision, self.config.device
+        )
+
+    @property
+    def max_seq_length(self) -> int:
+        """Effective maximum input length in model tokens."""
+        return self.config.max_seq_length or int(self.model.max_seq_length)
+
+    @property
+    def dimension(self) -> int:
+        """Output vector size."""
+        return int(self.model.get_embedding_dimension())
+
+    @property
+    def identity(self) -> str:
+        """Cache identity: model files (or hub id + revision), length limit, normalisation."""
+        c = self.config
+        return (
+            f"st|{model_identity(c.model)}|rev={c.revision}|len={self.max_seq_length}"
+            f"|norm={c.normalize}|qp={c.query_prompt}|dp={c.document_prompt}"
+        )
+
+    def embed(self, texts: Sequence[str], role: Role = "document") -> np.ndarray:
+        """Encode ``texts`` (sorted by length internally, batched) into float32 rows."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        model = self.model
+        prompt = self.config.query_prompt if role == "query" else self.config.document_prompt
+        previous = model.max_seq_length
+        model.max_seq_length = self.max_seq_length
+        started = time.perf_counter()
+        try:
+            vectors = model.encode(
+                list(texts),
+                batch_size=self.config.batch_size,
+                normalize_embeddings=self.config.normalize,
+                prompt=prompt or None,
+                convert_to_numpy=True,
+                show_progress_bar=len(texts) > 10 * self.config.batch_size,
+            )
+        finally:
+            model.max_seq_length = previous
+        elapsed = time.perf_counter() - started
+        self.stats.texts += len(texts)
+        self.stats.seconds += elapsed
+        log.debug("embedded %d texts in %.2fs", len(texts), elapsed)
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+class HashingConfig(ComponentConfig):
+    """Feature-hashed bag of words: deterministic, no model; a test double and lexical baseline."""
+
+    kind: Literal["hashing"] = "hashing"
+    dim: int = Field(384, gt=0)
+    tokenizer: TokenizerConfig = TokenizerConfig()
+
+
+class HashingEmbedder:
+    """Signed feature hashing of (1 + log tf)-weighted terms, L2-normalised."""
+
+    def __init__(self, config: HashingConfig | None = None) -> None:
+        self.config = config or HashingConfig()
+        self._tokenizer = WordTokenizer(self.config.tokenizer)
+        self._buckets: dict[str, tuple[int, float]] = {}
+        self.stats = EmbedStats()
+
+    @property
+    def dimension(self) -> int:
+        """Output vector size."""
+        return self.config.dim
+
+    @property
+    def identity(self) -> str:
+        """Cache identity: the full config."""
+        return f"hashing|{self.config.key()}"
+
+    def _bucket(self, term: str) -> tuple[int, float]:
+        hit = self._buckets.get(term)
+        if hit is None:
+            h = int.from_bytes(hashlib.blake2b(term.encode(), digest_size=8).digest(), "little")
+            hit = (h % self.config.dim, 1.0 if (h >> 63) & 1 else -1.0)
+            self._buckets[term] = hit
+        return hit
+
+    def embed(self, texts: Sequence[str], role: Role = "document") -> np.ndarray:
+        """Vectors for ``texts``; ``role`` does not change them."""
+        started = time.perf_counter()
+        out = np.zeros((len(texts), self.config.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            counts: dict[str, int] = {}
+            for term in self._tokenizer.tokenize(text):
+                counts[term] = counts.get(term, 0) + 1
+            for term, tf in counts.items():
+                col, sign = self._bucket(term)
+                out[row, col] += sign * (1.0 + np.log(tf))
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        np.divide(out, norms, out=out, where=norms > 0)
+        self.stats.texts += len(texts)
+        self.stats.seconds += time.perf_counter() - started
+        return out
+
+
+class FallbackConfig(ComponentConfig):
+    """Try embedders in order; the first that succeeds answers (local model, then a service)."""
+
+    kind: Literal["fallback"] = "fallback"
+    providers: tuple[component_field("embedder"), ...] = Field(min_length=1)  # type: ignore[valid-type]
+
+
+class FallbackEmbedder:
+    """Delegates to the first provider that embeds without error; all must share a dimension."""
+
+    def __init__(self, providers: Sequence[Embedder]) -> None:
+        if not providers:
+            raise ValueError("FallbackEmbedder needs at least one provider")
+        self.providers = list(providers)
+        self.active = 0
+        self._dim: int | None = None
+
+    @property
+    def dimension(self) -> int:
+        """Dimension of the provider currently answering."""
+        return self.providers[self.active].dimension
+
+    @property
+    def identity(self) -> str:
+        """Identity of the provider currently answering (vectors differ between providers)."""
+        return self.providers[self.active].identity
+
+    def embed(self, texts: Sequence[str], role: Role = "document") -> np.ndarray:
+        """Vectors from the first provider that succeeds, starting from the one that last did.
+
+        The chain is sticky: vectors of different providers must not mix in one index.
+        """
+        errors: list[str] = []
+        for i in range(self.active, len(self.providers)):
+            try:
+                vectors = self.providers[i].embed(texts, role)
+            except Exception as exc:
+                log.warning("embedder %d failed (%s); trying the next", i, exc)
+                errors.append(f"provider {i}: {exc}")
+                continue
+            if self._dim is not None and vectors.shape[1] != self._dim:
+                raise EmbeddingError(
+                    f"fallback provider {i} has dimension {vectors.shape[1]}, expected {self._dim}"
+                )
+            self.active, self._dim = i, vectors.shape[1]
+            return vectors
+        raise EmbeddingError("every embedder failed: " + "; ".join(errors))
+
+
+_EMBEDDERS = registry("embedder")
+_EMBEDDERS.register(SentenceTransformerConfig)(SentenceTransformerEmbedder)
+_EMBEDDERS.register(HashingConfig)(HashingEmbedder)
+
+
+@_EMBEDDERS.register(FallbackConfig)
+def _fallback(config: FallbackConfig) -> FallbackEmbedder:
+    return FallbackEmbedder([_EMBEDDERS.build(p) for p in config.providers])

@@ -1,0 +1,358 @@
+"""Rerankers: rescore the head of a first-stage ranking with a more expensive model.
+
+Kinds: ``none`` (pass-through), ``cross_encoder`` (sentence-transformers ``CrossEncoder``),
+``dense`` (cosine similarity of a bi-encoder) and ``llm`` (a 0–10 relevance judge behind an
+OpenAI-compatible chat-completions endpoint). Each rescoring kind scores the first
+``candidates`` hits of every row and returns the top ``k`` of those, sorted by the new score
+(ties keep first-stage order); hits beyond ``candidates`` are dropped, so rows hold at most
+``min(k, candidates)`` hits. Output rankings are always ``k`` columns wide.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field
+from tqdm.auto import tqdm
+
+from ragbench.errors import RagbenchError
+from ragbench.models import resolve_model
+from ragbench.protocols import Embedder
+from ragbench.registry import ComponentConfig, component_field, registry
+from ragbench.retrieve.assemble import quote_untrusted, system_notice
+from ragbench.types import Ranking
+
+__all__ = [
+    "CrossEncoderConfig",
+    "CrossEncoderReranker",
+    "DenseRerankConfig",
+    "DenseReranker",
+    "LLMRerankConfig",
+    "LLMReranker",
+    "NoRerankConfig",
+    "NoReranker",
+    "RerankError",
+    "RerankStats",
+    "parse_score",
+]
+
+log = logging.getLogger(__name__)
+
+# Pairs of (query index, passage text); a scorer returns one float per pair.
+Pairs = list[tuple[int, str]]
+Scorer = Callable[[Sequence[str], Pairs], np.ndarray]
+
+
+class RerankError(RagbenchError):
+    """A reranker could not score (model missing, judge unreachable or failing, text missing)."""
+
+
+@dataclass
+class RerankStats:
+    """Counters a reranker keeps so callers can report cost."""
+
+    pairs: int = 0
+    seconds: float = 0.0
+
+
+def _with_depth(ranking: Ranking, k: int) -> Ranking:
+    """``ranking`` cut or padded to exactly ``k`` columns."""
+    if ranking.depth >= k:
+        return ranking.head(k)
+    pad = k - ranking.depth
+    n = len(ranking.ids)
+    ids = np.concatenate([ranking.ids.reshape(n, -1), np.full((n, pad), "", dtype=object)], 1)
+    scores = np.concatenate([ranking.scores.reshape(n, -1), np.full((n, pad), -np.inf)], 1)
+    return Ranking(ids, scores)
+
+
+def _rescore(
+    queries: Sequence[str],
+    ranking: Ranking,
+    texts: Mapping[str, str],
+    k: int,
+    candidates: int,
+    score: Scorer,
+    stats: RerankStats,
+) -> Ranking:
+    """Score the first ``candidates`` of every row in one ``score`` call; keep the top ``k``."""
+    if len(queries) != len(ranking.ids):
+        raise ValueError(f"{len(queries)} queries for a ranking of {len(ranking.ids)} rows")
+    heads = [[cid for cid, _ in ranking.row(i)[:candidates]] for i in range(len(queries))]
+    missing = sorted({cid for head in heads for cid in head if cid not in texts})
+    if missing:
+        raise RerankError(f"no text for {len(missing)} candidate chunk ids, e.g. {missing[:3]}")
+    pairs = [(i, texts[cid]) for i, head in enumerate(heads) for cid in head]
+    started = time.perf_counter()
+    scores = np.asarray(score(queries, pairs), dtype=np.float64) if pairs else np.zeros(0)
+    stats.pairs += len(pairs)
+    stats.seconds += time.perf_counter() - started
+    rows, offset = [], 0
+    for head in heads:
+        row_scores = scores[offset : offset + len(head)]
+        offset += len(head)
+        order = np.argsort(-row_scores, kind="stable")[:k]
+        rows.append([(head[j], float(row_scores[j])) for j in order])
+    return Ranking.from_rows(rows, k=k)
+
+
+class NoRerankConfig(ComponentConfig):
+    """Keep the first-stage order."""
+
+    kind: Literal["none"] = "none"
+
+
+class NoReranker:
+    """Pass-through: the ranking cut (or padded) to ``k`` columns."""
+
+    def __init__(self, config: NoRerankConfig | None = None) -> None:
+        self.config = config or NoRerankConfig()
+        self.stats = RerankStats()
+
+    def rerank(
+        self, queries: Sequence[str], ranking: Ranking, texts: Mapping[str, str], k: int
+    ) -> Ranking:
+        """The first ``k`` hits of each row, unchanged."""
+        return _with_depth(ranking, k)
+
+
+class CrossEncoderConfig(ComponentConfig):
+    """A sentence-transformers cross-encoder scoring (query, passage) pairs."""
+
+    kind: Literal["cross_encoder"] = "cross_encoder"
+    model: str = "cross-encoder/ms-marco-MiniLM-L-6-v2"
+    candidates: int = Field(50, gt=0)
+    batch_size: int = Field(32, gt=0)
+    max_length: int = Field(512, gt=0)
+    device: str = "cpu"
+
+
+_CROSS_ENCODERS: dict[tuple[str, str], Any] = {}
+_CROSS_ENCODERS_LOCK = threading.Lock()
+
+
+def _load_cross_encoder(name: str, device: str) -> Any:
+    """Load a cross-encoder once per process and share it between rerankers."""
+    key = (resolve_model(name), device)
+    with _CROSS_ENCODERS_LOCK:
+        if key not in _CROSS_ENCODERS:
+            from sentence_transformers import CrossEncoder
+
+            try:
+                _CROSS_ENCODERS[key] = CrossEncoder(key[0], device=device)
+            except Exception as exc:
+                raise RerankError(
+                    f"cannot load cross-encoder {name!r} ({key[0]}): {exc}. No cross-encoder "
+                    "is installed offline; pass a local model directory, or a hub id on a "
+                    "machine with network access."
+                ) from exc
+        return _CROSS_ENCODERS[key]
+
+
+class CrossEncoderReranker:
+    """Rescores candidates with a cross-encoder: all pairs of a batch in one ``predict`` call."""
+
+    def __init__(self, config: CrossEncoderConfig | None = None) -> None:
+        self.config = config or CrossEncoderConfig()
+        self.stats = RerankStats()
+
+    @property
+    def model(self) -> Any:
+        """The shared ``CrossEncoder`` instance (loaded on first use)."""
+        return _load_cross_encoder(self.config.model, self.config.device)
+
+    def _score(self, queries: Sequence[str], pairs: Pairs) -> np.ndarray:
+        model = self.model
+        previous = model.max_seq_length
+        model.max_seq_length = self.config.max_length
+        try:
+            return model.predict(
+                [(queries[i], text) for i, text in pairs],
+                batch_size=self.config.batch_size,
+                show_progress_bar=len(pairs) > 10 * self.config.batch_size,
+                convert_to_numpy=True,
+            )
+        finally:
+            model.max_seq_length = previous
+
+    def rerank(
+        self, queries: Sequence[str], ranking: Ranking, texts: Mapping[str, str], k: int
+    ) -> Ranking:
+        """Top ``k`` of each row's first ``candidates`` by cross-encoder score."""
+        return _rescore(queries, ranking, texts, k, self.config.candidates, self._score, self.stats)
+
+
+class DenseRerankConfig(ComponentConfig):
+    """Rescore candidates by bi-encoder cosine similarity."""
+
+    kind: Literal["dense"] = "dense"
+    embedder: component_field("embedder") = Field(  # type: ignore[valid-type]
+        default_factory=lambda: registry("embedder").parse(
+            {"kind": "sentence-transformers", "model": "all-MiniLM-L6-v2"}
+        )
+    )
+    candidates: int = Field(50, gt=0)
+
+
+def _unit_rows(vectors: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+
+
+class DenseReranker:
+    """Cosine similarity of query ("query" role) and passage ("document" role) embeddings."""
+
+    def __init__(
+        self, config: DenseRerankConfig | None = None, embedder: Embedder | None = None
+    ) -> None:
+        self.config = config or DenseRerankConfig()
+        self.embedder: Embedder = embedder or registry("embedder").build(self.config.embedder)
+        self.stats = RerankStats()
+
+    def _score(self, queries: Sequence[str], pairs: Pairs) -> np.ndarray:
+        query_rows = {i: n for n, i in enumerate(dict.fromkeys(i for i, _ in pairs))}
+        text_rows = {t: n for n, t in enumerate(dict.fromkeys(t for _, t in pairs))}
+        q = _unit_rows(self.embedder.embed([queries[i] for i in query_rows], role="query"))
+        d = _unit_rows(self.embedder.embed(list(text_rows), role="document"))
+        qi = np.fromiter((query_rows[i] for i, _ in pairs), dtype=np.int64, count=len(pairs))
+        ti = np.fromiter((text_rows[t] for _, t in pairs), dtype=np.int64, count=len(pairs))
+        return np.einsum("ij,ij->i", q[qi].astype(np.float64), d[ti].astype(np.float64))
+
+    def rerank(
+        self, queries: Sequence[str], ranking: Ranking, texts: Mapping[str, str], k: int
+    ) -> Ranking:
+        """Top ``k`` of each row's first ``candidates`` by cosine similarity."""
+        return _rescore(queries, ranking, texts, k, self.config.candidates, self._score, self.stats)
+
+
+class LLMRerankConfig(ComponentConfig):
+    """An LLM relevance judge at an OpenAI-compatible endpoint (``base_url`` with or without
+    ``/v1``); the API key, if any, is read from the environment variable ``api_key_env``."""
+
+    kind: Literal["llm"] = "llm"
+    base_url: str
+    model: str
+    api_key_env: str = "OPENAI_API_KEY"
+    candidates: int = Field(20, gt=0)
+    timeout: float = Field(30.0, gt=0)
+    max_concurrency: int = Field(4, gt=0)
+
+
+_PASSAGE_TAG = "passage"
+_JUDGE_SYSTEM = (
+    "You rate how relevant a passage is to a search query. Reply with one number from 0 "
+    "(irrelevant) to 10 (fully answers the query) and nothing else. " + system_notice(_PASSAGE_TAG)
+)
+_SCORE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(?:/\s*10)?\s*\.?\s*")
+
+
+def parse_score(reply: str) -> float | None:
+    """The 0–10 score of a reply that is just a number (``7``, ``7.5``, ``7/10``), else None."""
+    match = _SCORE.fullmatch(reply)
+    if match is None:
+        return None
+    value = float(match.group(1))
+    return value if 0 <= value <= 10 else None
+
+
+class LLMReranker:
+    """Asks a chat model for a 0–10 score per (query, passage), ``max_concurrency`` at a time.
+
+    Unparsable replies score 0 (with a warning); HTTP and connection errors raise
+    :class:`RerankError` naming the URL.
+    """
+
+    def __init__(self, config: LLMRerankConfig) -> None:
+        self.config = config
+        self.stats = RerankStats()
+
+    @property
+    def url(self) -> str:
+        """The chat-completions URL."""
+        base = self.config.base_url.rstrip("/")
+        return base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
+
+    def _request(self, query: str, passage: str) -> urllib.request.Request:
+        user = (
+            f"Query: {' '.join(query.split())}\n\n<{_PASSAGE_TAG}>\n"
+            f"{quote_untrusted(passage, _PASSAGE_TAG)}\n</{_PASSAGE_TAG}>\n\nScore (0-10):"
+        )
+        body = {
+            "model": self.config.model,
+            "messages": [
+                {"role": "system", "content": _JUDGE_SYSTEM},
+                {"role": "user", "content": user},
+            ],
+            "temperature": 0,
+            "max_tokens": 8,
+        }
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(self.config.api_key_env)
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        return urllib.request.Request(self.url, json.dumps(body).encode(), headers, method="POST")
+
+    def _judge(self, query: str, passage: str) -> float:
+        try:
+            with urllib.request.urlopen(
+                self._request(query, passage), timeout=self.config.timeout
+            ) as response:
+                payload = json.load(response)
+        except urllib.error.HTTPError as exc:
+            detail = exc.read(300).decode("utf-8", "replace")
+            raise RerankError(
+                f"LLM judge at {self.url} returned HTTP {exc.code}: {detail}"
+            ) from exc
+        except (urllib.error.URLError, TimeoutError) as exc:
+            raise RerankError(f"cannot reach LLM judge at {self.url}: {exc}") from exc
+        except json.JSONDecodeError as exc:
+            raise RerankError(f"LLM judge at {self.url} did not return JSON: {exc}") from exc
+        try:
+            reply = payload["choices"][0]["message"]["content"] or ""
+        except (KeyError, IndexError, TypeError):
+            raise RerankError(
+                f"LLM judge at {self.url} returned no choices[0].message.content"
+            ) from None
+        score = parse_score(reply)
+        if score is None:
+            log.warning("unparsable LLM judge reply %r; scoring 0", reply[:80])
+            return 0.0
+        return score
+
+    def _score(self, queries: Sequence[str], pairs: Pairs) -> np.ndarray:
+        with ThreadPoolExecutor(self.config.max_concurrency) as pool:
+            futures = [pool.submit(self._judge, queries[i], text) for i, text in pairs]
+            try:
+                results = [
+                    f.result() for f in tqdm(futures, desc="llm rerank", disable=len(pairs) < 100)
+                ]
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
+        return np.asarray(results, dtype=np.float64)
+
+    def rerank(
+        self, queries: Sequence[str], ranking: Ranking, texts: Mapping[str, str], k: int
+    ) -> Ranking:
+        """Top ``k`` of each row's first ``candidates`` by judged relevance."""
+        return _rescore(queries, ranking, texts, k, self.config.candidates, self._score, self.stats)
+
+
+_RERANKERS = registry("reranker")
+_RERANKERS.register(NoRerankConfig)(NoReranker)
+_RERANKERS.register(CrossEncoderConfig)(CrossEncoderReranker)
+_RERANKERS.register(DenseRerankConfig)(DenseReranker)
+_RERANKERS.register(LLMRerankConfig)(LLMReranker)

@@ -1,0 +1,623 @@
+"""Document loaders: Markdown, plain text, JSONL, PDF, HTML files and whole directory trees.
+
+Every loader is an iterable that yields ``Document`` objects lazily, one file (or JSONL line) at a
+time, and fills its ``report`` while it goes: a bad file or line is recorded with its path and a
+reason, then skipped, so one broken input never stops a corpus from loading and nothing is lost
+without a trace. Texts are decoded as UTF-8 (a BOM is dropped) and ``\\r\\n`` / ``\\r`` become
+``\\n`` before a ``Document`` exists, so every character offset downstream points into the text
+as loaded. ``load(path)`` picks the loader for a file or a directory.
+"""
+
+from __future__ import annotations
+
+import codecs
+import html
+import json
+import logging
+import os
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import IO, Any, ClassVar
+
+from pypdf import PdfReader
+
+from ragbench.errors import DataError
+from ragbench.types import Document
+
+__all__ = [
+    "BaseLoader",
+    "DirectoryLoader",
+    "FileLoader",
+    "HtmlLoader",
+    "JsonlLoader",
+    "LoadProblem",
+    "LoadReport",
+    "MarkdownLoader",
+    "PdfLoader",
+    "TextLoader",
+    "load",
+]
+
+logger = logging.getLogger(__name__)
+
+StrPath = str | os.PathLike[str]
+
+_SNIFF_BYTES = 8192  # a NUL byte in this many leading bytes marks a file as binary
+_NEWLINES = re.compile(r"\r\n?")
+_PAGE_SEPARATOR = "\n\n"
+
+
+# --------------------------------------------------------------------------- report
+
+
+@dataclass(frozen=True, slots=True)
+class LoadProblem:
+    """A file, line or directory that was skipped, and why."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class LoadReport:
+    """What one pass over a source produced: documents loaded and items skipped (with reasons).
+
+    Every skipped item has exactly one problem, so ``skipped == len(problems)``. Hidden
+    (dot-prefixed) files and directories and blank JSONL lines are not items and are not counted.
+    """
+
+    loaded: int = 0
+    problems: list[LoadProblem] = field(default_factory=list)
+
+    @property
+    def skipped(self) -> int:
+        """Number of skipped files, lines and directories."""
+        return len(self.problems)
+
+    def add(self, path: StrPath, reason: str) -> None:
+        """Record that ``path`` was skipped for ``reason``."""
+        self.problems.append(LoadProblem(str(path), reason))
+        logger.debug("skipped %s: %s", path, reason)
+
+    def clear(self) -> None:
+        """Reset to an empty report (each pass over a loader starts afresh)."""
+        self.loaded = 0
+        self.problems.clear()
+
+    def __str__(self) -> str:
+        head = f"loaded {self.loaded} documents, skipped {self.skipped}"
+        return "\n  ".join([head, *(f"{p.path}: {p.reason}" for p in self.problems)])
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>{html.escape(p.path)}</td><td>{html.escape(p.reason)}</td></tr>"
+            for p in self.problems
+        )
+        table = f"<table><tr><th>path</th><th>reason</th></tr>{rows}</table>" if rows else ""
+        return f"<p>loaded {self.loaded} documents, skipped {self.skipped}</p>{table}"
+
+
+class _Skip(Exception):
+    """Raised by readers for an unusable file or line; the loop records it and moves on."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class _Pass:
+    """State of one iteration over a loader: its report and the ids already yielded."""
+
+    report: LoadReport
+    seen: dict[str, str] = field(default_factory=dict)
+
+    def admit(self, doc: Document, path: Path, where: str = "") -> bool:
+        """Count ``doc`` as loaded unless its id was already yielded (then report it)."""
+        first = self.seen.get(doc.id)
+        if first is not None:
+            self.report.add(path, f"{where}duplicate id {doc.id!r} (first at {first})")
+            return False
+        self.seen[doc.id] = doc.source
+        self.report.loaded += 1
+        return True
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def _os_reason(error: OSError) -> str:
+    """The human part of an OSError ("Permission denied"), without the repeated path."""
+    return error.strerror or str(error)
+
+
+def _utf8(data: bytes, offset: int = 0) -> str:
+    """Decode strict UTF-8; ``offset`` is where ``data`` starts in its file, for the message."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise _Skip(f"invalid UTF-8 at byte {offset + error.start}") from None
+
+
+def _normalize_newlines(text: str) -> str:
+    """``\\r\\n`` and lone ``\\r`` become ``\\n``."""
+    return _NEWLINES.sub("\n", text) if "\r" in text else text
+
+
+def _read_text(path: Path) -> str:
+    """A text file's content, decoded and normalised; raises ``_Skip`` when it is unusable."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(_SNIFF_BYTES)
+            if b"\0" in head:
+                raise _Skip("binary file")
+            data = head + file.read()
+    except OSError as error:
+        raise _Skip(_os_reason(error)) from None
+    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    text = _normalize_newlines(_utf8(data[bom:], bom))
+    if not text.strip():
+        raise _Skip("empty")
+    return text
+
+
+# --------------------------------------------------------------------------- loaders
+
+
+class BaseLoader(ABC):
+    """A path-backed source of documents with a ``report`` filled while iterating."""
+
+    def __init__(self, path: StrPath) -> None:
+        self.path = Path(path)
+        if not self.path.exists():
+            raise DataError(f"{self.path}: no such file or directory")
+        self.report = LoadReport()
+
+    def __iter__(self) -> Iterator[Document]:
+        self.report.clear()
+        yield from self._stream(_Pass(self.report))
+
+    @abstractmethod
+    def _stream(self, run: _Pass) -> Iterator[Document]:
+        """Yield the documents of this source, recording problems in ``run.report``."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.path)!r})"
+
+
+class FileLoader(BaseLoader):
+    """Loads one file; subclasses name their ``format`` and ``extensions``.
+
+    Loaded on its own, a file's id and ``metadata["path"]`` are its name; under a
+    ``DirectoryLoader`` they are its path relative to the root.
+    """
+
+    format: ClassVar[str]
+    extensions: ClassVar[tuple[str, ...]]
+
+    def __init__(self, path: StrPath) -> None:
+        super().__init__(path)
+        if self.path.is_dir():
+            raise DataError(f"{self.path}: is a directory (use DirectoryLoader or load())")
+
+    def _stream(self, run: _Pass) -> Iterator[Document]:
+        return self._file(self.path.name, run)
+
+    @abstractmethod
+    def _file(self, rel: str, run: _Pass) -> Iterator[Document]:
+        """Documents of this file, which has the relative path ``rel``."""
+
+
+class _OneDocumentLoader(FileLoader):
+    """A file that is a single document."""
+
+    def _file(self, rel: str, run: _Pass) -> Iterator[Document]:
+        try:
+            doc = self._read(rel)
+        except _Skip as skip:
+            run.report.add(self.path, skip.reason)
+            return
+        if run.admit(doc, self.path):
+            yield doc
+
+    @abstractmethod
+    def _read(self, rel: str) -> Document:
+        """The file as one document; raises ``_Skip`` when it cannot be used."""
+
+    def _document(self, rel: str, text: str, title: str | None, **metadata: Any) -> Document:
+        """A document with the common metadata (``path``, ``format``, a non-empty ``title``)."""
+        meta = {"path": rel, "format": self.format, **metadata}
+        if title:
+            meta["title"] = title
+        return Document(id=rel, text=text, metadata=meta, source=str(self.path))
+
+
+_FENCE = re.compile(r"^[ ]{0,3}(```|~~~)")
+_ATX_TITLE = re.compile(r"^#[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
+
+
+def _markdown_title(text: str) -> str | None:
+    """The text of the first level-1 ``# `` heading outside code fences, if any."""
+    fence: str | None = None
+    for line in text.split("\n"):
+        marker = _FENCE.match(line)
+        if marker:
+            fence = None if fence == marker.group(1) else fence or marker.group(1)
+        elif fence is None and (heading := _ATX_TITLE.match(line)):
+            return heading.group(1)
+    return None
+
+
+class MarkdownLoader(_OneDocumentLoader):
+    """Markdown (raw source, not rendered); ``metadata["title"]`` is the first ``# `` heading."""
+
+    format = "md"
+    extensions = (".md", ".mdx", ".markdown")
+
+    def _read(self, rel: str) -> Document:
+        text = _read_text(self.path)
+        return self._document(rel, text, _markdown_title(text))
+
+
+class TextLoader(_OneDocumentLoader):
+    """Plain text files, taken verbatim (after decoding and newline normalisation)."""
+
+    format = "txt"
+    extensions = (".txt", ".text", ".rst")
+
+    def _read(self, rel: str) -> Document:
+        return self._document(rel, _read_text(self.path), None)
+
+
+class PdfLoader(_OneDocumentLoader):
+    """PDF via pypdf: one document per file, pages joined by a blank line.
+
+    ``metadata["pages"]`` holds ``[start, end)`` character offsets of each page in the text,
+    so the page of any chunk can be found from its offsets.
+    """
+
+    format = "pdf"
+    extensions = (".pdf",)
+
+    def _read(self, rel: str) -> Document:
+        pages, title = self._pages()
+        text = _PAGE_SEPARATOR.join(pages)
+        if not text.strip():
+            raise _Skip("no extractable text")
+        offsets, start = [], 0
+        for page in pages:
+            offsets.append([start, start + len(page)])
+            start += len(page) + len(_PAGE_SEPARATOR)
+        return self._document(rel, text, title, pages=offsets)
+
+    def _pages(self) -> tuple[list[str], str | None]:
+        """Each page's extracted text (newlines normalised) and the document title, if any."""
+        try:
+            reader = PdfReader(self.path)
+            if reader.is_encrypted:
+                reader.decrypt("")
+            pages = [_normalize_newlines(page.extract_text()) for page in reader.pages]
+            title = reader.metadata.title if reader.metadata else None
+        except OSError as error:
+            raise _Skip(_os_reason(error)) from None
+        except Exception as error:  # pypdf raises many types on malformed input
+            raise _Skip(f"unreadable PDF: {error}") from None
+        return pages, str(title).strip() if title else None
+
+
+_HTML_SKIP = frozenset({"script", "style", "noscript", "template", "head"})
+_HTML_PARAGRAPH = frozenset(
+    "address article aside blockquote dd div dl fieldset figcaption figure footer form "
+    "h1 h2 h3 h4 h5 h6 header hr main nav ol p pre section table ul".split()
+)
+_HTML_LINE = frozenset("br dt li tr caption td th".split())
+_WHITESPACE = re.compile(r"\s+")
+
+
+class _HtmlText(HTMLParser):
+    """Collects the visible text of an HTML page, with line breaks at block elements."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.title: list[str] = []
+        self._hidden: list[str] = []  # open elements whose content is not shown
+        self._pre = 0
+        self._in_title = False
+        self._breaks = 0  # line breaks owed before the next text
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "body":  # an unclosed <head> ends where the body starts
+            self._hidden = [t for t in self._hidden if t != "head"]
+        if tag == "title":
+            self._in_title = True
+        elif tag in _HTML_SKIP:
+            self._hidden.append(tag)
+        elif tag == "pre":
+            self._pre += 1
+        self._break(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title":
+            self._in_title = False
+        elif tag in self._hidden:
+            while self._hidden.pop() != tag:  # also closes what was left open inside it
+                pass
+        elif tag == "pre":
+            self._pre = max(0, self._pre - 1)
+        self._break(tag)
+
+    def handle_data(self, data: str) -> None:
+        if self._in_title:
+            self.title.append(data)
+        elif not self._hidden:
+            self._text(data)
+
+    def _break(self, tag: str) -> None:
+        if tag in _HTML_PARAGRAPH:
+            self._breaks = 2
+        elif tag in _HTML_LINE:
+            self._breaks = max(self._breaks, 1)
+
+    def _text(self, data: str) -> None:
+        if not self._pre:
+            data = _WHITESPACE.sub(" ", data)
+            if self._breaks or not self.parts or self.parts[-1].endswith((" ", "\n")):
+                data = data.lstrip(" ")
+        if not data:
+            return
+        if self._breaks and self.parts:
+            self.parts[-1] = self.parts[-1].rstrip(" ")
+            self.parts.append("\n" * self._breaks)
+        self._breaks = 0
+        self.parts.append(data)
+
+    def text(self) -> str:
+        """The visible text, trailing spaces removed."""
+        return "".join(self.parts).rstrip()
+
+
+class HtmlLoader(_OneDocumentLoader):
+    """HTML: visible text only (no scripts, styles, head); ``metadata["title"]`` from <title>."""
+
+    format = "html"
+    extensions = (".html", ".htm")
+
+    def _read(self, rel: str) -> Document:
+        parser = _HtmlText()
+        parser.feed(_read_text(self.path))
+        parser.close()
+        text = parser.text()
+        if not text.strip():
+            raise _Skip("no visible text")
+        return self._document(rel, text, _WHITESPACE.sub(" ", "".join(parser.title)).strip())
+
+
+class JsonlLoader(FileLoader):
+    """JSON Lines, one document per line (BEIR ``corpus.jsonl`` and the like).
+
+    The id comes from ``id_field`` (default: ``_id``, else ``id``), the text from ``text_field``;
+    a non-empty ``title_field`` goes to ``metadata["title"]`` and, with ``title_in_text``, is
+    prepended to the text as ``title + " "`` (BEIR's convention). An object under
+    ``metadata_field`` is merged into the metadata. Bad lines (invalid JSON, missing or
+    duplicate id, missing text) are reported as ``line N: ...`` and skipped; blank lines are
+    ignored.
+    """
+
+    format = "jsonl"
+    extensions = (".jsonl",)
+
+    def __init__(
+        self,
+        path: StrPath,
+        *,
+        id_field: str | None = None,
+        text_field: str = "text",
+        title_field: str | None = "title",
+        metadata_field: str | None = "metadata",
+        title_in_text: bool = False,
+    ) -> None:
+        super().__init__(path)
+        self.id_fields = (id_field,) if id_field else ("_id", "id")
+        self.text_field = text_field
+        self.title_field = title_field
+        self.metadata_field = metadata_field
+        self.title_in_text = title_in_text
+
+    def _file(self, rel: str, run: _Pass) -> Iterator[Document]:
+        try:
+            with open(self.path, "rb") as file:
+                yield from self._lines(file, rel, run)
+        except OSError as error:
+            run.report.add(self.path, _os_reason(error))
+
+    def _lines(self, file: IO[bytes], rel: str, run: _Pass) -> Iterator[Document]:
+        """Documents of each non-blank line; problems are reported per line."""
+        if b"\0" in file.read(_SNIFF_BYTES):
+            run.report.add(self.path, "binary file")
+            return
+        file.seek(0)
+        offset, blank = 0, True
+        for number, raw in enumerate(file, 1):
+            start, offset = offset, offset + len(raw)
+            if number == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw, start = raw[len(codecs.BOM_UTF8) :], start + len(codecs.BOM_UTF8)
+            if not raw.strip():
+                continue
+            blank = False
+            try:
+                doc = self._parse(raw, number, start, rel)
+            except _Skip as skip:
+                run.report.add(self.path, f"line {number}: {skip.reason}")
+                continue
+            if run.admit(doc, self.path, f"line {number}: "):
+                yield doc
+        if blank:
+            run.report.add(self.path, "empty")
+
+    def _parse(self, raw: bytes, number: int, offset: int, rel: str) -> Document:
+        """One line as a document; raises ``_Skip`` with the reason it cannot be one."""
+        try:
+            record = json.loads(_utf8(raw, offset))
+        except json.JSONDecodeError as error:
+            raise _Skip(f"invalid JSON: {error.msg} at column {error.colno}") from None
+        if not isinstance(record, dict):
+            raise _Skip("expected a JSON object")
+        body = self._string(record, self.text_field, required=True)
+        title = self._string(record, self.title_field, required=False)
+        text = " ".join(part for part in (title, body) if part) if self.title_in_text else body
+        if not text.strip():
+            raise _Skip("empty text")
+        meta = {**self._metadata(record), "path": rel, "format": self.format, "line": number}
+        if title:
+            meta["title"] = title
+        return Document(self._id(record), text, meta, f"{self.path}:{number}")
+
+    def _id(self, record: dict[str, Any]) -> str:
+        """The record's id as a string (integers are accepted and converted)."""
+        value = next((record[f] for f in self.id_fields if record.get(f) is not None), None)
+        if value is None or value == "":
+            raise _Skip(f"missing id ({' or '.join(map(repr, self.id_fields))})")
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise _Skip(f"id must be a string or an integer, got {type(value).__name__}")
+        return str(value)
+
+    @staticmethod
+    def _string(record: dict[str, Any], name: str | None, *, required: bool) -> str:
+        """Field ``name`` as normalised text; "" when optional and absent."""
+        value = record.get(name) if name else None
+        if value is None:
+            if required:
+                raise _Skip(f"missing {name!r}")
+            return ""
+        if not isinstance(value, str):
+            raise _Skip(f"{name!r} must be a string, got {type(value).__name__}")
+        return _normalize_newlines(value)
+
+    def _metadata(self, record: dict[str, Any]) -> dict[str, Any]:
+        """The object under ``metadata_field`` (empty when absent)."""
+        value = record.get(self.metadata_field) if self.metadata_field else None
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise _Skip(f"{self.metadata_field!r} must be an object")
+        return value
+
+
+_FILE_LOADERS: tuple[type[FileLoader], ...] = (
+    MarkdownLoader,
+    TextLoader,
+    JsonlLoader,
+    PdfLoader,
+    HtmlLoader,
+)
+_BY_EXTENSION: dict[str, type[FileLoader]] = {
+    ext: cls for cls in _FILE_LOADERS for ext in cls.extensions
+}
+
+
+class DirectoryLoader(BaseLoader):
+    """Every supported file under a directory, recursively, in sorted relative-path order.
+
+    Document ids are POSIX paths relative to the root (``guides/setup.md``; JSONL files
+    contribute their records' ids). Files are dispatched by extension (keyword options go to
+    ``JsonlLoader``); other extensions are reported as ``unsupported extension``. Hidden
+    (dot-prefixed) files and directories are skipped silently. Symlinks are followed, but each
+    real directory is walked once: a link back to an ancestor is reported as ``symlink loop``,
+    a second link to a directory already walked as ``already loaded as ...``.
+    """
+
+    def __init__(
+        self,
+        path: StrPath,
+        *,
+        id_field: str | None = None,
+        text_field: str = "text",
+        title_field: str | None = "title",
+        metadata_field: str | None = "metadata",
+        title_in_text: bool = False,
+    ) -> None:
+        super().__init__(path)
+        if not self.path.is_dir():
+            raise DataError(f"{self.path}: not a directory")
+        self._jsonl_options: dict[str, Any] = {
+            "id_field": id_field,
+            "text_field": text_field,
+            "title_field": title_field,
+            "metadata_field": metadata_field,
+            "title_in_text": title_in_text,
+        }
+
+    def _stream(self, run: _Pass) -> Iterator[Document]:
+        return self._directory(self.path, "", run, {})
+
+    def _directory(
+        self, path: Path, rel: str, run: _Pass, walked: dict[tuple[int, int], str]
+    ) -> Iterator[Document]:
+        """Walk ``path`` (id prefix ``rel``) unless its real directory was walked already."""
+        try:
+            stat = path.stat()
+        except OSError as error:
+            run.report.add(path, _os_reason(error))
+            return
+        key = (stat.st_dev, stat.st_ino)
+        first = walked.get(key)
+        if first is not None:
+            is_loop = first == "" or rel.startswith(first + "/")
+            run.report.add(path, "symlink loop" if is_loop else f"already loaded as {first!r}")
+            return
+        walked[key] = rel
+        try:
+            entries = _visible_entries(path)
+        except OSError as error:
+            run.report.add(path, _os_reason(error))
+            return
+        for entry in entries:
+            child = f"{rel}/{entry.name}" if rel else entry.name
+            if entry.is_dir():
+                yield from self._directory(Path(entry.path), child, run, walked)
+            else:
+                yield from self._entry_file(entry, child, run)
+
+    def _entry_file(self, entry: os.DirEntry[str], rel: str, run: _Pass) -> Iterator[Document]:
+        """Dispatch one directory entry to the loader for its extension."""
+        if not entry.is_file():
+            broken = entry.is_symlink() and not os.path.exists(entry.path)
+            run.report.add(entry.path, "broken symlink" if broken else "not a regular file")
+            return
+        cls = _BY_EXTENSION.get(Path(entry.name).suffix.lower())
+        if cls is None:
+            run.report.add(entry.path, "unsupported extension")
+            return
+        options = self._jsonl_options if cls is JsonlLoader else {}
+        yield from cls(entry.path, **options)._file(rel, run)
+
+
+def _visible_entries(path: Path) -> list[os.DirEntry[str]]:
+    """Non-hidden entries of ``path`` in the order that sorts their relative paths."""
+    with os.scandir(path) as entries:
+        visible = [entry for entry in entries if not entry.name.startswith(".")]
+    # A directory's descendants ("a/x") sort as "a/" does, e.g. after the file "a.md".
+    return sorted(visible, key=lambda e: e.name + "/" if e.is_dir() else e.name)
+
+
+def load(path: StrPath, **options: Any) -> BaseLoader:
+    """The loader for ``path``: a ``DirectoryLoader`` or the file loader for its extension.
+
+    ``options`` go to the loader (JSONL fields). Raises ``DataError`` when the path does not
+    exist or its extension is not supported.
+    """
+    target = Path(path)
+    if target.is_dir():
+        return DirectoryLoader(target, **options)
+    if not target.exists():
+        raise DataError(f"{target}: no such file or directory")
+    cls = _BY_EXTENSION.get(target.suffix.lower())
+    if cls is None:
+        supported = ", ".join(sorted(_BY_EXTENSION))
+        raise DataError(f"{target}: unsupported file type (supported: {supported})")
+    return cls(target, **options)
