@@ -1,25 +1,41 @@
-"""ragbench: evaluate and tune RAG retrieval — chunkers, embedders, BM25, fusion, rerankers."""
+"""ragbench: evaluate and tune RAG retrieval — chunkers, embedders, BM25, fusion, rerankers.
 
-from ragbench.errors import ConfigError, DataError, RagbenchError
-from ragbench.registry import registry
-from ragbench.text.chunkers import build_chunker, chunk_documents
-from ragbench.text.loaders import load
-from ragbench.types import Chunk, Document, Hit, Query, Ranking, content_hash
+Names are imported lazily, so ``import ragbench.evaluate.metrics`` stays cheap.
+"""
 
-__all__ = [
-    "Chunk",
-    "ConfigError",
-    "DataError",
-    "Document",
-    "Hit",
-    "Query",
-    "RagbenchError",
-    "Ranking",
-    "build_chunker",
-    "chunk_documents",
-    "content_hash",
-    "load",
-    "registry",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "Chunk": "ragbench.types",
+    "Document": "ragbench.types",
+    "Hit": "ragbench.types",
+    "Query": "ragbench.types",
+    "Ranking": "ragbench.types",
+    "content_hash": "ragbench.types",
+    "ConfigError": "ragbench.errors",
+    "DataError": "ragbench.errors",
+    "RagbenchError": "ragbench.errors",
+    "registry": "ragbench.registry",
+    "build_chunker": "ragbench.text.chunkers",
+    "chunk_documents": "ragbench.text.chunkers",
+    "load": "ragbench.text.loaders",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ragbench' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

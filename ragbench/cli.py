@@ -32,9 +32,8 @@ def _json_arg(flag: str, value: str) -> dict:
 
 
 def _cmd_chunk(args: argparse.Namespace) -> int:
-    from ragbench.text.loaders import load
-
     from ragbench.text.chunkers import build_chunker, chunk_documents
+    from ragbench.text.loaders import load
 
     chunker = build_chunker(_json_arg("--chunker", args.chunker))
     source = load(Path(args.path))
