@@ -7,14 +7,19 @@ no traceback).
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ragbench.errors import ConfigError, DataError, RagbenchError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["main"]
 
@@ -74,6 +79,129 @@ def _cmd_chunk(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- datasets
+
+
+def _cmd_datasets_list(args: argparse.Namespace) -> int:
+    from ragbench.data.catalog import DATASETS
+    from ragbench.data.download import BEIR_DATASETS, data_dir
+
+    out = sys.stdout
+    out.write("bundled (the repository's datasets/ folder):\n")
+    for bundled in DATASETS.values():
+        where = bundled.path if bundled.path.is_dir() else "missing: not a source checkout"
+        out.write(f"  {bundled.name:<18} {bundled.format:<20} {bundled.description} [{where}]\n")
+    root = data_dir()
+    out.write(f"BEIR (`ragbench datasets download NAME`; data dir {root}):\n")
+    for name in BEIR_DATASETS:
+        state = "downloaded" if (root / name).is_dir() else "-"
+        out.write(f"  {name:<18} {state}\n")
+    return 0
+
+
+def _cmd_datasets_info(args: argparse.Namespace) -> int:
+    from ragbench.data.catalog import dataset_format, load_dataset, resolve_dataset
+    from ragbench.data.summary import summarize
+
+    path = resolve_dataset(args.path)
+    fmt = dataset_format(path, args.format)
+    info = summarize(load_dataset(path, format=fmt, split=args.split))
+    grades = ", ".join(f"grade {g}: {n:,}" for g, n in info.judgements.items())
+    rows = [
+        ("name", info.name),
+        ("path", str(path)),
+        ("format", fmt),
+        ("split", info.split),
+        ("documents", f"{info.documents:,} ({info.characters:,} characters)"),
+        ("queries", f"{info.queries:,}"),
+        ("judgements", f"{sum(info.judgements.values()):,} ({grades or 'none'})"),
+    ]
+    if info.mean_span_chars is not None:
+        rows.append(("spans", f"{info.spans:,} (mean {info.mean_span_chars:.0f} characters)"))
+    if info.query_types:
+        rows.append(("query types", ", ".join(f"{t} {n}" for t, n in info.query_types.items())))
+    rows.append(("fingerprint", info.fingerprint))
+    for key, value in rows:
+        sys.stdout.write(f"{key:<12} {value}\n")
+    return 0
+
+
+def _cmd_datasets_validate(args: argparse.Namespace) -> int:
+    from ragbench.data.validate import validate_dataset
+
+    report = validate_dataset(args.path, format=args.format)
+    sys.stdout.write(f"{report}\n")
+    return 0 if report.ok else 1
+
+
+def _cmd_datasets_download(args: argparse.Namespace) -> int:
+    from ragbench.data.download import download_beir
+
+    result = download_beir(
+        args.name, args.dir, base_url=args.url, sha256=args.sha256, force=args.force
+    )
+    if not result.downloaded:
+        sys.stdout.write(f"{args.name}: already in {result.path} (--force downloads again)\n")
+        return 0
+    checked = "sha256 verified" if result.verified else "not verified: no known checksum"
+    sys.stdout.write(f"{args.name}: downloaded to {result.path} ({checked})\n")
+    return 0
+
+
+# ---------------------------------------------------------------- eval
+
+_DEFAULT_METRICS = "ndcg@10,recall@100,map,mrr@10,precision@10"
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from ragbench.data.trec import read_qrels, read_run
+    from ragbench.evaluate.metrics import evaluate_run, parse_metrics
+
+    metrics = parse_metrics([m for m in args.metrics.split(",") if m.strip()])
+    if not metrics:
+        raise ConfigError("--metrics: expected a comma-separated list such as ndcg@10,map")
+    for flag, path in (("--qrels", args.qrels), ("--run", args.run)):
+        if not Path(path).exists():
+            raise DataError(f"{flag} {path}: no such file")
+    qrels, run = read_qrels(args.qrels), read_run(args.run)
+    query_ids = list(qrels) if args.complete else [q for q in qrels if q in run]
+    if not query_ids:
+        raise DataError(f"{args.run}: no query of the run is judged in {args.qrels}")
+    _write_scores(evaluate_run(qrels, run, metrics, args.level, query_ids), args)
+    return 0
+
+
+def _write_scores(frame: pd.DataFrame, args: argparse.Namespace) -> None:
+    """Means (and, with --per-query, each query first) as a trec_eval table, JSON or CSV."""
+    means = frame.mean()
+    if args.format == "json":
+        result = {"queries": len(frame), "means": means.to_dict()}
+        if args.per_query:
+            result["per_query"] = frame.to_dict(orient="index")
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+        return
+    rows = [*(frame.iterrows() if args.per_query else []), ("all", means)]
+    if args.format == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["query_id", *frame.columns])
+        for qid, values in rows:
+            writer.writerow([qid, *(repr(float(v)) for v in values)])
+        return
+    for qid, values in rows:
+        for metric, value in values.items():
+            sys.stdout.write(f"{metric:<22}\t{qid}\t{value:.4f}\n")
+
+
+def _relevance_level(text: str) -> int:
+    try:
+        level = int(text)
+    except ValueError:
+        level = 0
+    if level < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return level
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ragbench", description="Evaluate and tune RAG retrieval on your corpus."
@@ -89,7 +217,69 @@ def _parser() -> argparse.ArgumentParser:
     )
     chunk.add_argument("--format", choices=["table", "jsonl", "summary"], default="table")
     chunk.set_defaults(func=_cmd_chunk)
+    _add_datasets(sub)
+    _add_eval(sub)
     return parser
+
+
+def _add_datasets(sub: argparse._SubParsersAction) -> None:
+    datasets = sub.add_parser("datasets", help="list, describe, validate or download datasets")
+    commands = datasets.add_subparsers(dest="datasets_command", required=True)
+    listing = commands.add_parser("list", help="bundled sets and downloadable BEIR sets")
+    listing.set_defaults(func=_cmd_datasets_list)
+    formats = ["beir", "spans", "chunking_evaluation"]
+    info = commands.add_parser("info", help="counts and fingerprint of a dataset")
+    info.add_argument("path", help="dataset folder, bundled name (demo) or downloaded BEIR name")
+    info.add_argument("--split", default="test")
+    info.add_argument("--format", choices=formats, help="dataset format (default: detected)")
+    info.set_defaults(func=_cmd_datasets_info)
+    validate = commands.add_parser(
+        "validate", help="list every problem of a dataset (exit 1 when there are any)"
+    )
+    validate.add_argument("path", help="dataset folder or name")
+    validate.add_argument("--format", choices=formats, help="dataset format (default: detected)")
+    validate.set_defaults(func=_cmd_datasets_validate)
+    download = commands.add_parser("download", help="download a BEIR dataset")
+    download.add_argument("name", help="BEIR name, e.g. scifact (see `ragbench datasets list`)")
+    download.add_argument(
+        "--dir", help="parent folder (default: RAGBENCH_DATA or ~/.cache/ragbench/datasets)"
+    )
+    download.add_argument("--url", help="base URL (default: RAGBENCH_BEIR_URL or the UKP server)")
+    download.add_argument("--sha256", help="expected sha256 of the zip (overrides the known one)")
+    download.add_argument("--force", action="store_true", help="download again if present")
+    download.set_defaults(func=_cmd_datasets_download)
+
+
+def _add_eval(sub: argparse._SubParsersAction) -> None:
+    evaluate = sub.add_parser(
+        "eval",
+        help="score a TREC run against qrels (trec_eval-like)",
+        description="Score queries judged in the qrels and present in the run (trec_eval's "
+        "default; -c: every qrels query, a missing one scoring 0).",
+    )
+    evaluate.add_argument("--qrels", required=True, help="TREC qrels or BEIR qrels TSV")
+    evaluate.add_argument("--run", required=True, help="TREC run (qid Q0 docid rank score tag)")
+    evaluate.add_argument(
+        "--metrics",
+        default=_DEFAULT_METRICS,
+        help=f"comma-separated metrics (default: {_DEFAULT_METRICS})",
+    )
+    evaluate.add_argument("--per-query", action="store_true", help="also print each query")
+    evaluate.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    evaluate.add_argument(
+        "-l",
+        "--level",
+        type=_relevance_level,
+        default=1,
+        help="lowest grade that counts as relevant (trec_eval -l)",
+    )
+    evaluate.add_argument(
+        "-c",
+        "--complete",
+        action="store_true",
+        help="average over every qrels query (trec_eval -c)",
+    )
+    evaluate.set_defaults(func=_cmd_eval)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

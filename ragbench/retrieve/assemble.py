@@ -106,7 +106,7 @@ def frame(chunk: Chunk, tag: str = DEFAULT_TAG) -> str:
     """``chunk`` as an untrusted block: ``<tag source=… doc_id=… chunk_id=…>``, quoted lines."""
     tag = _check_tag(tag)
     attrs = {
-        "source": chunk.metadata.get("source", ""),
+        "source": chunk.metadata.get("source") or chunk.metadata.get("path", ""),
         "doc_id": chunk.doc_id,
         "chunk_id": chunk.id,
     }

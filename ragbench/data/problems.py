@@ -1,0 +1,112 @@
+"""Problems found while reading a labeled set, each with its file, line and what was expected.
+
+Format readers record every problem in a ``ProblemLog``. An *error* means the data cannot be
+read as its format says (bad JSON, a missing field, an excerpt not in its document); a strict
+log (the loaders') raises ``DataError`` at the first one. A *warning* is a problem the data
+survives (a judged document missing from the corpus, a duplicate id): loaders keep going and
+log one summary, ``ragbench.data.validate`` lists them all. ``text_lines`` and
+``jsonl_records`` read line-based files and record what they cannot read.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ragbench.errors import DataError
+
+__all__ = ["Problem", "ProblemLog", "Severity", "jsonl_records", "text_lines"]
+
+logger = logging.getLogger("ragbench.data")
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One problem at ``file`` (and ``line``, 1-based, when it has one)."""
+
+    file: str
+    line: int | None
+    message: str
+    severity: Severity = "error"
+
+    @property
+    def where(self) -> str:
+        """``file:line`` (or just the file)."""
+        return self.file if self.line is None else f"{self.file}:{self.line}"
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}"
+
+
+@dataclass
+class ProblemLog:
+    """Collects problems; when ``strict``, the first error raises ``DataError`` instead."""
+
+    strict: bool
+    problems: list[Problem] = field(default_factory=list)
+
+    def error(self, file: object, line: int | None, message: str) -> None:
+        """Record (or, when strict, raise) a problem that stops the data from being read."""
+        problem = Problem(str(file), line, message, "error")
+        if self.strict:
+            raise DataError(str(problem))
+        self.problems.append(problem)
+
+    def warn(self, file: object, line: int | None, message: str) -> None:
+        """Record a problem the data survives."""
+        self.problems.append(Problem(str(file), line, message, "warning"))
+
+    def log_summary(self, path: object) -> None:
+        """Log one warning that counts the recorded problems and shows the first."""
+        if self.problems:
+            logger.warning(
+                "%s: %d data problem(s), the first: %s (`ragbench datasets validate %s` "
+                "lists them all)",
+                path,
+                len(self.problems),
+                self.problems[0],
+                path,
+            )
+
+
+def text_lines(path: Path, log: ProblemLog) -> Iterator[tuple[int, str]]:
+    """(1-based number, text) of each non-blank line of a UTF-8 file (``.gz`` is decompressed,
+    a BOM dropped, line ends stripped); unreadable lines or files are recorded as errors."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                if number == 1 and raw.startswith(codecs.BOM_UTF8):
+                    raw = raw[len(codecs.BOM_UTF8) :]
+                try:
+                    line = raw.decode("utf-8").rstrip("\r\n")
+                except UnicodeDecodeError as exc:
+                    log.error(path, number, f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+                    continue
+                if line.strip():
+                    yield number, line
+    except (OSError, EOFError) as exc:  # gzip raises BadGzipFile (an OSError) or EOFError
+        log.error(path, None, f"cannot read the file: {exc}")
+
+
+def jsonl_records(path: Path, log: ProblemLog) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each non-blank line of a JSON Lines file; lines that are not
+    a JSON object are recorded as errors and skipped."""
+    for number, line in text_lines(path, log):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            log.error(path, number, f"invalid JSON: {exc.msg} at column {exc.colno}")
+            continue
+        if isinstance(record, dict):
+            yield number, record
+        else:
+            log.error(path, number, f"expected a JSON object, found {type(record).__name__}")
