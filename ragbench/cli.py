@@ -148,6 +148,87 @@ def _cmd_datasets_download(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- collections
+
+
+def _collection_dir(args: argparse.Namespace) -> Path:
+    import os
+
+    db = args.db or os.environ.get("RAGBENCH_DB") or Path.home() / ".local/share/ragbench"
+    name = args.collection
+    if not name or "/" in name or name.startswith("."):
+        raise ConfigError(f"--collection: expected a plain name, got {name!r}")
+    return Path(db) / name
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    from ragbench.pipeline import RAGPipeline
+    from ragbench.text.loaders import load
+
+    target = _collection_dir(args)
+    if (target / "pipeline.json").exists():
+        if args.config:
+            raise ConfigError(f"--config: collection {args.collection!r} exists; its config stays")
+        pipeline = RAGPipeline.open(target)
+    else:
+        spec = _json_arg("--config", args.config) if args.config else {}
+        pipeline = RAGPipeline.from_config(spec)
+    report = pipeline.index(load(Path(args.source)))
+    pipeline.save(target)
+    print(report)
+    print(f"collection {args.collection!r}: {len(pipeline.chunks)} chunks in {target}")
+    return 0
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    from ragbench.pipeline import RAGPipeline
+
+    target = _collection_dir(args)
+    if not target.exists():
+        raise DataError(f"no collection {args.collection!r} in {target.parent}")
+    hits = RAGPipeline.open(target).retrieve(args.query, args.k)
+    if args.format == "json":
+        rows = [
+            {
+                "rank": h.rank,
+                "score": h.score,
+                "doc_id": h.chunk.doc_id,
+                "chunk_id": h.chunk.id,
+                "start": h.chunk.start,
+                "end": h.chunk.end,
+                "text": h.chunk.text,
+            }
+            for h in hits
+        ]
+        sys.stdout.write(json.dumps(rows, ensure_ascii=False, indent=2) + "\n")
+        return 0
+    for h in hits:
+        preview = " ".join(h.chunk.text.split())[:160]
+        sys.stdout.write(f"{h.rank:>2}. {h.score:8.4f}  {h.chunk.id}\n    {preview}\n")
+    return 0
+
+
+def _add_collections(sub: argparse._SubParsersAction) -> None:
+    db_help = "collections folder (default: RAGBENCH_DB or ~/.local/share/ragbench)"
+    ingest = sub.add_parser("ingest", help="index a file or folder into a persistent collection")
+    ingest.add_argument("--source", required=True, help="file or directory to index")
+    ingest.add_argument("--collection", default="default", help="collection name")
+    ingest.add_argument("--db", help=db_help)
+    ingest.add_argument(
+        "--config",
+        help='pipeline spec for a new collection as JSON, e.g. \'{"chunker": {"kind": '
+        '"recursive", "size": 400}, "store": {"kind": "hnsw"}}\'',
+    )
+    ingest.set_defaults(func=_cmd_ingest)
+    search = sub.add_parser("search", help="query a collection")
+    search.add_argument("query", help="the text to search for")
+    search.add_argument("--collection", default="default", help="collection name")
+    search.add_argument("-k", type=int, default=5, help="number of results")
+    search.add_argument("--db", help=db_help)
+    search.add_argument("--format", choices=["table", "json"], default="table")
+    search.set_defaults(func=_cmd_search)
+
+
 # ---------------------------------------------------------------- eval
 
 _DEFAULT_METRICS = "ndcg@10,recall@100,map,mrr@10,precision@10"
@@ -219,6 +300,7 @@ def _parser() -> argparse.ArgumentParser:
     chunk.set_defaults(func=_cmd_chunk)
     _add_datasets(sub)
     _add_eval(sub)
+    _add_collections(sub)
     return parser
 
 

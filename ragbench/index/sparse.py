@@ -1,0 +1,344 @@
+"""BM25 over chunk ids, with two backends: ``bm25s`` (fast, default) and ``rank_bm25`` (reference).
+
+Texts become terms through ragbench's :class:`WordTokenizer`, so both backends see identical
+terms. The index keeps the tokenized corpus; adds and deletes re-index lazily on the next search.
+
+Scoring conventions, shared by both backends so that their scores agree:
+
+- Every variant's term weight carries the ``(k1 + 1)`` numerator (``idf · tf·(k1+1) /
+  (tf + k1·(1 - b + b·dl/avgdl))`` for robertson / lucene). bm25s drops it for robertson and
+  lucene; the index scales those scores by ``k1 + 1``, which leaves every ranking unchanged.
+- robertson floors a negative idf (a term in more than half the documents) at 0, as bm25s
+  does. rank-bm25's ``BM25Okapi`` floors it at ``epsilon · mean idf`` instead; it is built with
+  ``epsilon=0`` so that both backends agree.
+- rank-bm25 0.2.2's ``BM25L`` multiplies each term weight by tf a second time (fixed upstream in
+  dorianbrown/rank_bm25#20, after the release); the published formula is used instead.
+- A hit must score above a document that contains no query term: 0 for robertson, lucene and
+  atire; for bm25l / bm25+ every term adds a weight even at tf = 0, so documents sharing no
+  term with the query still score above 0 and are left out as well. Rows are padded instead.
+
+Ties keep the backend's order (bm25s and numpy's ``argpartition``: arbitrary at the cut-off).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from itertools import pairwise
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import bm25s
+import numpy as np
+import rank_bm25
+from pydantic import Field, model_validator
+
+from ragbench.errors import DataError
+from ragbench.index.filters import matches
+from ragbench.registry import ComponentConfig, registry
+from ragbench.text.tokenize import TokenizerConfig, WordTokenizer
+from ragbench.types import Ranking
+
+__all__ = ["BM25Config", "BM25Index"]
+
+Variant = Literal["robertson", "lucene", "atire", "bm25l", "bm25+"]
+Metadata = Sequence[Mapping[str, Any]] | None
+
+_RANK_BM25_VARIANTS = ("robertson", "bm25l", "bm25+")
+# Relative margin above the no-match score that a hit must clear (float rounding only).
+_HIT_MARGIN = 1e-9
+
+
+class BM25Config(ComponentConfig):
+    """BM25 backend, variant, parameters and tokenizer; all sweepable."""
+
+    kind: Literal["bm25"] = "bm25"
+    backend: Literal["bm25s", "rank_bm25"] = "bm25s"
+    variant: Variant = "lucene"
+    k1: float = Field(1.2, ge=0)
+    b: float = Field(0.75, ge=0, le=1)
+    delta: float = Field(0.5, ge=0)
+    tokenizer: TokenizerConfig = TokenizerConfig()
+
+    @model_validator(mode="after")
+    def _variant_available(self) -> BM25Config:
+        if self.backend == "rank_bm25" and self.variant not in _RANK_BM25_VARIANTS:
+            allowed = ", ".join(_RANK_BM25_VARIANTS)
+            raise ValueError(
+                f"variant {self.variant!r} is not available with backend 'rank_bm25'; "
+                f"allowed: {allowed}"
+            )
+        return self
+
+
+class _Engine(Protocol):
+    """A built backend: top-k document positions, scores and hit flags for a query batch."""
+
+    def search(
+        self, queries: list[list[str]], k: int, mask: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+
+def _hits(scores: np.ndarray, no_match: np.ndarray) -> np.ndarray:
+    """Which scores beat that of a document without any query term (``no_match`` per row)."""
+    base = no_match[:, None]
+    return scores > base + _HIT_MARGIN * np.abs(base)
+
+
+class _Bm25sEngine:
+    """bm25s: precomputed term weights in a sparse matrix; batch retrieval."""
+
+    def __init__(self, model: bm25s.BM25) -> None:
+        self.model = model
+
+    @classmethod
+    def build(cls, config: BM25Config, corpus: list[list[str]]) -> _Bm25sEngine:
+        """Index ``corpus`` through bm25s' token-id input (our own vocabulary)."""
+        vocab: dict[str, int] = {}
+        token_ids = [[vocab.setdefault(t, len(vocab)) for t in doc] for doc in corpus]
+        model = bm25s.BM25(k1=config.k1, b=config.b, delta=config.delta, method=config.variant)
+        model.index((token_ids, vocab), create_empty_token=False, show_progress=False)
+        if config.variant in ("robertson", "lucene"):
+            model.scores["data"] *= np.float32(config.k1 + 1)
+        return cls(model)
+
+    def search(
+        self, queries: list[list[str]], k: int, mask: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Retrieve the whole batch at once; empty queries (no terms) are skipped."""
+        n = len(queries)
+        docs = np.zeros((n, k), dtype=np.int64)
+        scores = np.zeros((n, k), dtype=np.float64)
+        rows = [i for i, q in enumerate(queries) if q]
+        if not rows:
+            return docs, scores, np.zeros((n, k), dtype=bool)
+        batch = [queries[i] for i in rows]
+        found = self.model.retrieve(batch, k=k, show_progress=False, n_threads=0, weight_mask=mask)
+        docs[rows], scores[rows] = found.documents, found.scores
+        hits = np.zeros((n, k), dtype=bool)
+        hits[rows] = _hits(found.scores, self._no_match(batch))
+        return docs, scores, hits
+
+    def _no_match(self, queries: list[list[str]]) -> np.ndarray:
+        """Score of a document without any query term: bm25s' non-occurrence sum, or 0."""
+        nonoccurrence = self.model.nonoccurrence_array
+        if nonoccurrence is None:
+            return np.zeros(len(queries), dtype=np.float32)
+        ids = [np.asarray(self.model.get_tokens_ids(q), dtype=np.int32) for q in queries]
+        return np.array([nonoccurrence[i].sum() for i in ids], dtype=np.float32)
+
+    def save(self, directory: Path) -> None:
+        """bm25s' own files: .npy arrays (memory-mappable) and JSON vocabulary / parameters."""
+        self.model.save(directory, show_progress=False)
+
+    @classmethod
+    def load(cls, directory: Path, mmap: bool) -> _Bm25sEngine:
+        """Read (or memory-map) an index written by :meth:`save`."""
+        return cls(bm25s.BM25.load(directory, mmap=mmap, show_progress=False))
+
+
+class _BM25L(rank_bm25.BM25L):
+    """rank-bm25's BM25L with the published term weight (no extra tf factor)."""
+
+    def get_scores(self, query: list[str]) -> np.ndarray:
+        """Scores of every document for ``query``."""
+        score = np.zeros(self.corpus_size)
+        doc_len = np.array(self.doc_len)
+        for q in query:
+            q_freq = np.array([(doc.get(q) or 0) for doc in self.doc_freqs])
+            ctd = q_freq / (1 - self.b + self.b * doc_len / self.avgdl)
+            score += (
+                (self.idf.get(q) or 0)
+                * (self.k1 + 1)
+                * (ctd + self.delta)
+                / (self.k1 + ctd + self.delta)
+            )
+        return score
+
+
+class _RankBm25Engine:
+    """rank-bm25: scores every document per query in Python; the slow, plain reference."""
+
+    def __init__(self, cfg: BM25Config, corpus: list[list[str]]) -> None:
+        if cfg.variant == "robertson":
+            self.model = rank_bm25.BM25Okapi(corpus, k1=cfg.k1, b=cfg.b, epsilon=0.0)
+            self.zero_tf = 0.0
+        elif cfg.variant == "bm25l":
+            self.model = _BM25L(corpus, k1=cfg.k1, b=cfg.b, delta=cfg.delta)
+            self.zero_tf = (cfg.k1 + 1) * cfg.delta / (cfg.k1 + cfg.delta)
+        else:
+            self.model = rank_bm25.BM25Plus(corpus, k1=cfg.k1, b=cfg.b, delta=cfg.delta)
+            self.zero_tf = cfg.delta
+
+    def search(
+        self, queries: list[list[str]], k: int, mask: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One full score vector per query, then argpartition."""
+        n = len(queries)
+        docs = np.zeros((n, k), dtype=np.int64)
+        scores = np.zeros((n, k), dtype=np.float64)
+        for i, query in enumerate(queries):
+            all_scores = self.model.get_scores(query)
+            if mask is not None:
+                all_scores[mask == 0] = -np.inf
+            top = np.argpartition(all_scores, len(all_scores) - k)[-k:]
+            docs[i] = top[np.argsort(-all_scores[top], kind="stable")]
+            scores[i] = all_scores[docs[i]]
+        no_match = np.array([self._no_match(q) for q in queries], dtype=np.float64)
+        return docs, scores, _hits(scores, no_match)
+
+    def _no_match(self, query: list[str]) -> float:
+        """Score of a document without any query term: the tf = 0 weights of its terms."""
+        return sum((self.model.idf.get(t) or 0) * self.zero_tf for t in query)
+
+
+class BM25Index:
+    """BM25 over chunk ids with incremental add / delete, metadata filters and batch search."""
+
+    def __init__(self, config: BM25Config | None = None) -> None:
+        self.config = config or BM25Config()
+        self._tokenizer = WordTokenizer(self.config.tokenizer)
+        self._ids: list[str] = []
+        self._meta: list[Mapping[str, Any]] = []
+        self._tokens: list[list[str]] = []
+        self._position: dict[str, int] = {}
+        self._engine: _Engine | None = None
+        self._id_array = np.empty(0, dtype=object)
+        self._stale = False
+
+    def count(self) -> int:
+        """Number of indexed texts."""
+        return len(self._ids)
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def add(self, ids: Sequence[str], texts: Sequence[str], metadata: Metadata = None) -> None:
+        """Index ``texts`` under ``ids``; an id already present is replaced."""
+        if len(texts) != len(ids) or (metadata is not None and len(metadata) != len(ids)):
+            raise DataError("ids, texts and metadata must have the same length")
+        tokens = self._tokenizer.tokenize_many(texts)
+        for i, id_ in enumerate(ids):
+            meta = dict(metadata[i]) if metadata is not None else {}
+            pos = self._position.get(id_)
+            if pos is None:
+                self._position[id_] = len(self._ids)
+                self._ids.append(id_)
+                self._meta.append(meta)
+                self._tokens.append(tokens[i])
+            else:
+                self._meta[pos], self._tokens[pos] = meta, tokens[i]
+        self._stale = True
+
+    def delete(self, ids: Sequence[str]) -> None:
+        """Remove ``ids`` (unknown ids are ignored)."""
+        gone = {self._position[i] for i in ids if i in self._position}
+        if not gone:
+            return
+        keep = [p for p in range(self.count()) if p not in gone]
+        self._ids = [self._ids[p] for p in keep]
+        self._meta = [self._meta[p] for p in keep]
+        self._tokens = [self._tokens[p] for p in keep]
+        self._position = {id_: p for p, id_ in enumerate(self._ids)}
+        self._stale = True
+
+    def _built(self) -> _Engine | None:
+        """The backend index over the current corpus (None when no text has a term)."""
+        if self._stale:
+            self._stale = False
+            self._id_array = np.array(self._ids, dtype=object)
+            self._engine = None
+            if any(self._tokens):
+                if self.config.backend == "bm25s":
+                    self._engine = _Bm25sEngine.build(self.config, self._tokens)
+                else:
+                    self._engine = _RankBm25Engine(self.config, self._tokens)
+        return self._engine
+
+    def search(
+        self, texts: Sequence[str], k: int, filter: Mapping[str, Any] | None = None
+    ) -> Ranking:
+        """Top-``k`` ids and scores for every query text (a str is one query), as one batch."""
+        if isinstance(texts, str):
+            texts = [texts]
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        n = len(texts)
+        ids = np.full((n, k), "", dtype=object)
+        scores = np.full((n, k), -np.inf, dtype=np.float64)
+        engine = self._built()
+        mask = self._mask(filter)
+        if engine is None or (mask is not None and not mask.any()):
+            return Ranking(ids, scores)
+        kk = min(k, self.count())
+        docs, found, hits = engine.search(self._tokenizer.tokenize_many(texts), kk, mask)
+        ids[:, :kk] = np.where(hits, self._id_array[docs], "")
+        scores[:, :kk] = np.where(hits, found, -np.inf)
+        return Ranking(ids, scores)
+
+    def _mask(self, filter: Mapping[str, Any] | None) -> np.ndarray | None:
+        """1.0 for documents matching every key of ``filter`` exactly, else 0.0."""
+        if not filter:
+            return None
+        found = [matches(m, filter) for m in self._meta]
+        return np.asarray(found, dtype=np.float32).reshape(-1)
+
+    def save(self, path: Path | str) -> None:
+        """Write ``index.json`` (config, ids, metadata), the tokenized corpus and bm25s' arrays.
+
+        The corpus is stored as ``tokens.npy`` (term ids, flat), ``offsets.npy`` and
+        ``vocab.json``; a rank-bm25 index is rebuilt from it on load.
+        """
+        directory = Path(path)
+        directory.mkdir(parents=True, exist_ok=True)
+        engine = self._built()
+        vocab: dict[str, int] = {}
+        flat = [vocab.setdefault(t, len(vocab)) for doc in self._tokens for t in doc]
+        offsets = np.cumsum([0, *map(len, self._tokens)], dtype=np.int64)
+        np.save(directory / "tokens.npy", np.asarray(flat, dtype=np.int32), allow_pickle=False)
+        np.save(directory / "offsets.npy", offsets, allow_pickle=False)
+        _write_json(directory / "vocab.json", list(vocab))
+        state = {
+            "config": self.config.model_dump(mode="json"),
+            "ids": self._ids,
+            "metadata": self._meta,
+        }
+        _write_json(directory / "index.json", state)
+        if isinstance(engine, _Bm25sEngine):
+            engine.save(directory / "bm25s")
+
+    @classmethod
+    def load(cls, path: Path | str, mmap: bool = False) -> BM25Index:
+        """Read an index written by :meth:`save`.
+
+        ``mmap=True`` memory-maps bm25s' arrays instead of reading them; do not save another
+        index over a directory that is mapped.
+        """
+        directory = Path(path)
+        state = json.loads((directory / "index.json").read_text(encoding="utf-8"))
+        index = cls(BM25Config.model_validate(state["config"]))
+        vocab = np.array(json.loads((directory / "vocab.json").read_text(encoding="utf-8")))
+        flat = np.load(directory / "tokens.npy", allow_pickle=False)
+        offsets = np.load(directory / "offsets.npy", allow_pickle=False).tolist()
+        terms = vocab[flat].tolist() if len(flat) else []
+        index._tokens = [terms[a:b] for a, b in pairwise(offsets)]
+        index._ids = state["ids"]
+        index._meta = state["metadata"]
+        index._position = {id_: p for p, id_ in enumerate(index._ids)}
+        index._stale = True
+        if (directory / "bm25s").is_dir():
+            index._built_from(_Bm25sEngine.load(directory / "bm25s", mmap))
+        return index
+
+    def _built_from(self, engine: _Engine) -> None:
+        """Use a loaded backend index for the current corpus instead of re-indexing."""
+        self._engine = engine
+        self._id_array = np.array(self._ids, dtype=object)
+        self._stale = False
+
+
+def _write_json(path: Path, payload: Any) -> None:
+    path.write_text(json.dumps(payload, ensure_ascii=False), encoding="utf-8")
+
+
+registry("sparse").register(BM25Config)(BM25Index)
