@@ -24,6 +24,13 @@ _EXPORTS = {
     "build_chunker": "ragbench.text.chunkers",
     "chunk_documents": "ragbench.text.chunkers",
     "load": "ragbench.text.loaders",
+    "load_dataset": "ragbench.data",
+    "LabeledSet": "ragbench.data",
+    "RAGPipeline": "ragbench.pipeline",
+    "Retriever": "ragbench.retrieve.retriever",
+    "load_config": "ragbench.experiment.config",
+    "run": "ragbench.experiment.runner",
+    "RunResult": "ragbench.experiment.runner",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -148,6 +148,103 @@ def _cmd_datasets_download(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- run, cache
+
+
+def _print_frame(frame: pd.DataFrame) -> None:
+    import pandas as pd
+
+    with pd.option_context(
+        "display.width",
+        200,
+        "display.max_colwidth",
+        70,
+        "display.max_columns",
+        20,
+        "display.float_format",
+        "{:.4f}".format,
+    ):
+        print(frame.to_string())
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from ragbench.experiment.config import load_config
+    from ragbench.experiment.runner import dry_run, run
+    from ragbench.report.markdown import write_markdown
+    from ragbench.report.tables import trial_table
+
+    config = load_config(args.config)
+    if args.dataset:
+        given = Path(args.dataset)
+        path = str(given.resolve()) if given.exists() else args.dataset
+        config = config.model_copy(
+            update={"dataset": config.dataset.model_copy(update={"path": path})}
+        )
+    if args.dry_run:
+        _print_frame(dry_run(config, args.limit_queries).set_index("trial_id"))
+        return 0
+    result = run(
+        config,
+        args.out,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        executor=args.executor,
+        workers=args.workers,
+        scheduler=args.scheduler,
+        limit_queries=args.limit_queries,
+    )
+    trials = result.trials
+    _print_frame(trial_table(trials, result.metrics))
+    report = write_markdown(result.path)
+    failed = int((trials["status"] != "ok").sum()) if not trials.empty else 0
+    print(f"\nrun directory: {result.path}\nreport:        {report}")
+    if failed:
+        print(f"{failed} trial(s) failed; see {report}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    from ragbench.index.cache import ArtifactCache
+
+    cache = ArtifactCache(args.root)
+    if args.cache_command == "info":
+        print(cache.info())
+        return 0
+    older = _duration(args.older_than) if args.older_than else None
+    print(f"removed {cache.clear(older)} entries from {cache.root}")
+    return 0
+
+
+def _duration(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        return float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text) * 86400
+    except ValueError:
+        raise ConfigError(f"--older-than: expected e.g. 7d, 12h or 30m, got {text!r}") from None
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    run = sub.add_parser("run", help="run a sweep from a YAML config")
+    run.add_argument("config", help="experiment YAML file")
+    run.add_argument("--out", help="run directory (default: runs/<name>)")
+    run.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    run.add_argument("--overwrite", action="store_true", help="start an existing run again")
+    run.add_argument("--executor", choices=["serial", "process", "dask"], default="serial")
+    run.add_argument("--workers", type=int, default=2, help="processes for process/dask")
+    run.add_argument("--scheduler", help="dask scheduler address (default: a LocalCluster)")
+    run.add_argument("--limit-queries", type=int, help="evaluate only the first N queries")
+    run.add_argument("--dataset", help="dataset path or name, replacing the config's")
+    run.add_argument("--dry-run", action="store_true", help="list trials and cached artifacts")
+    run.set_defaults(func=_cmd_run)
+    cache = sub.add_parser("cache", help="inspect or clear the stage cache")
+    cache.add_argument("--root", help="cache root (default: RAGBENCH_CACHE or ~/.cache/ragbench)")
+    commands = cache.add_subparsers(dest="cache_command", required=True)
+    commands.add_parser("info", help="entries and sizes per stage")
+    clear = commands.add_parser("clear", help="delete cached artifacts")
+    clear.add_argument("--older-than", help="only entries unused for this long (e.g. 7d, 12h)")
+    cache.set_defaults(func=_cmd_cache)
+
+
 # ---------------------------------------------------------------- collections
 
 
@@ -301,6 +398,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_datasets(sub)
     _add_eval(sub)
     _add_collections(sub)
+    _add_run(sub)
     return parser
 
 

@@ -72,7 +72,11 @@ def _short(value: Any) -> str:
     if isinstance(value, ComponentConfig):
         return value.label()
     if isinstance(value, BaseModel):
-        return ",".join(f"{k}={v}" for k, v in value.model_dump(exclude_defaults=True).items())
+        return (
+            "("
+            + ",".join(f"{k}={v}" for k, v in value.model_dump(exclude_defaults=True).items())
+            + ")"
+        )
     if isinstance(value, tuple | list):
         return "[" + ",".join(_short(v) for v in value) + "]"
     return str(value)
@@ -153,6 +157,11 @@ class Registry(Generic[T]):
         self._load()
         return self._kinds[kind][0]
 
+    def factory(self, kind: str) -> Callable[[Any], T]:
+        """The factory registered for ``kind`` (for dense stores: the class, with ``load``)."""
+        self._load()
+        return self._kinds[kind][1]
+
     def parse(
         self, spec: Mapping[str, Any] | ComponentConfig | str, path: str = ""
     ) -> ComponentConfig:
@@ -206,6 +215,7 @@ def _nested(family: str) -> Callable[[Any], ComponentConfig]:
             sub = sub.removeprefix(family).lstrip(".")
             raise ValueError(f"@{sub}: {msg}") from None
 
+    validate.family = family  # type: ignore[attr-defined]  # lets sweeps find nested families
     return validate
 
 

@@ -75,6 +75,16 @@ class LabeledSet:
                 put("span", qid, e.doc_id, e.start, e.end, e.grade)
         return h.hexdigest()
 
+    @cached_property
+    def corpus_fingerprint(self) -> str:
+        """SHA-256 over the documents alone: keys chunks and embeddings shared across splits."""
+        h = hashlib.sha256()
+        for d in sorted(self.documents, key=lambda d: d.id):
+            for part in (d.id, d.text):
+                h.update(part.encode("utf-8", "surrogatepass"))
+                h.update(b"\x1f")
+        return h.hexdigest()
+
     @property
     def has_spans(self) -> bool:
         """Whether span-level evaluation is possible."""

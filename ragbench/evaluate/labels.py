@@ -446,12 +446,14 @@ def evaluate_chunks(
     min_overlap: float = 0.0,
     counter: TokenCounter | None = None,
     chunk_text: Callable[[str], str] | None = None,
+    depth: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Per-query metrics of a chunk ranking (row ``i`` is ``query_ids[i]``), in metric order.
 
     Span metrics (``span_*@k``, ``recall@Ntok``) always use the span evidence. Ranking metrics
     use the projection of ``level``: ``document`` (document qrels, ``document_ranking``) or
     ``chunk`` (``chunk_qrels`` with ``min_overlap``); level ``span`` takes span metrics only.
+    ``depth`` cuts the projected ranking (documents or chunks) to that many results.
     """
     if level not in _LEVELS:
         raise ConfigError(f"unknown evaluation level {level!r}; allowed: {', '.join(_LEVELS)}")
@@ -467,12 +469,13 @@ def evaluate_chunks(
     if spanned:
         out = span_metrics(ranking, query_ids, table, labeled, spanned, counter, chunk_text)
     if ranked and level == "document":
-        out |= evaluate(
-            labeled.qrels, document_ranking(ranking, table), query_ids, ranked, relevance_level
-        )
+        docs = document_ranking(ranking, table)
+        docs = docs.head(depth) if depth else docs
+        out |= evaluate(labeled.qrels, docs, query_ids, ranked, relevance_level)
     elif ranked:
         qrels = chunk_qrels(table, labeled, min_overlap)
-        out |= evaluate(qrels, ranking, query_ids, ranked, relevance_level)
+        chunks = ranking.head(depth) if depth else ranking
+        out |= evaluate(qrels, chunks, query_ids, ranked, relevance_level)
     return {m.name: out[m.name] for m in parsed}
 
 

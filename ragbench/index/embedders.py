@@ -47,7 +47,14 @@ class EmbedStats:
     """Counters an embedder keeps so callers can report throughput."""
 
     texts: int = 0
+    queries: int = 0
     seconds: float = 0.0
+
+    def add(self, texts: int, role: str, seconds: float) -> None:
+        """Count one call."""
+        self.texts += texts
+        self.queries += texts if role == "query" else 0
+        self.seconds += seconds
 
     @property
     def per_second(self) -> float:
@@ -143,8 +150,7 @@ class SentenceTransformerEmbedder:
         finally:
             model.max_seq_length = previous
         elapsed = time.perf_counter() - started
-        self.stats.texts += len(texts)
-        self.stats.seconds += elapsed
+        self.stats.add(len(texts), role, elapsed)
         log.debug("embedded %d texts in %.2fs", len(texts), elapsed)
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
@@ -197,8 +203,7 @@ class HashingEmbedder:
                 out[row, col] += sign * (1.0 + np.log(tf))
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         np.divide(out, norms, out=out, where=norms > 0)
-        self.stats.texts += len(texts)
-        self.stats.seconds += time.perf_counter() - started
+        self.stats.add(len(texts), role, time.perf_counter() - started)
         return out
 
 

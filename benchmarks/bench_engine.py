@@ -1,0 +1,130 @@
+"""Engine benchmark: a 12-trial sweep on the demo set, cold then warm, plus the engine's
+overhead over calling the same components by hand for one trial.
+
+Prints: how many times the corpus was embedded (target 1), cold vs warm wall time (target:
+warm <= 5% of cold), and engine vs direct time for one hybrid trial (target overhead <= 10%).
+``python -m benchmarks.bench_engine [--limit-queries N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ragbench.data import load_dataset
+from ragbench.evaluate.labels import ChunkTable, evaluate_chunks
+from ragbench.evaluate.metrics import relevant_query_ids
+from ragbench.experiment import runner
+from ragbench.experiment.config import load_config
+from ragbench.index.dense import ExactStore
+from ragbench.index.embedders import SentenceTransformerEmbedder
+from ragbench.index.sparse import BM25Index
+from ragbench.registry import registry
+from ragbench.retrieve import retriever as stages
+from ragbench.text.chunkers import build_chunker, chunk_documents
+
+CHUNKER = {"kind": "recursive", "size": 400, "overlap": 0}
+EMBEDDER = {"kind": "sentence-transformers", "model": "all-MiniLM-L6-v2"}
+METRICS = ["ndcg@10", "recall@20", "mrr@10"]
+
+
+def sweep_config(dataset: str) -> dict:
+    """One chunker, one embedder; bm25 / dense / 4 hybrids; with and without a reranker."""
+    return {
+        "name": "bench-engine",
+        "dataset": {"path": dataset},
+        "evaluation": {"metrics": METRICS, "depth": 20},
+        "sweep": {
+            "chunker": [CHUNKER],
+            "embedder": [EMBEDDER],
+            "retriever": [
+                {"kind": "bm25"},
+                {"kind": "dense"},
+                {"kind": "hybrid", "fusion": {"kind": "rrf", "k": [10, 60]}},
+                {
+                    "kind": "hybrid",
+                    "fusion": {"kind": "convex", "weights": [[0.5, 0.5], [0.3, 0.7]]},
+                },
+            ],
+            "reranker": [{"kind": "none"}, {"kind": "dense", "candidates": 30}],
+        },
+    }
+
+
+def _timed_run(config: dict, out: Path, cache: Path, limit: int | None) -> tuple[float, object]:
+    started = time.perf_counter()
+    result = runner.run(config, out, cache_root=cache, limit_queries=limit, progress=False)
+    return time.perf_counter() - started, result
+
+
+def direct_trial(dataset: str, limit: int | None) -> float:
+    """The hybrid RRF trial with the components called by hand (no cache, no run directory)."""
+    started = time.perf_counter()
+    labeled = load_dataset(dataset)
+    wanted = set(relevant_query_ids(labeled.qrels))
+    queries = [q for q in labeled.queries if q.id in wanted][:limit]
+    texts = [q.text for q in queries]
+    chunks = chunk_documents(build_chunker(CHUNKER), labeled.documents)
+    embedder = SentenceTransformerEmbedder()
+    store = ExactStore()
+    store.add([c.id for c in chunks], embedder.embed([c.text for c in chunks]))
+    bm25 = BM25Index()
+    bm25.add([c.id for c in chunks], [c.text for c in chunks])
+    vectors, _ = stages.embed_queries(embedder, texts)
+    dense, _ = stages.dense_search(store, vectors, 100)
+    sparse, _ = stages.sparse_search(bm25, texts, 100)
+    fused, _ = stages.fuse(registry("fusion").build({"kind": "rrf"}), [dense, sparse], 60)
+    evaluate_chunks(
+        fused, [q.id for q in queries], ChunkTable.from_chunks(chunks), labeled, METRICS, depth=20
+    )
+    return time.perf_counter() - started
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark and print its table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="demo")
+    parser.add_argument("--limit-queries", type=int)
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="ragbench-bench-"))
+    config = sweep_config(args.dataset)
+    cold_s, cold = _timed_run(config, work / "cold", work / "cache", args.limit_queries)
+    spec = runner.RunSpec(load_config(config), args.limit_queries, str(work / "cache"))
+    model = runner.context(spec).embedder(registry("embedder").parse(EMBEDDER))
+    docs = load_dataset(args.dataset).documents
+    distinct = len({c.text for c in chunk_documents(build_chunker(CHUNKER), docs)})
+    embedded = (model.stats.texts - model.stats.queries) / distinct
+    warm_s, _ = _timed_run(config, work / "warm", work / "cache", args.limit_queries)
+    single = {
+        **config,
+        "sweep": {
+            **config["sweep"],
+            "retriever": [{"kind": "hybrid", "fusion": {"kind": "rrf", "k": 60}}],
+            "reranker": [{"kind": "none"}],
+        },
+    }
+    engine_s, _ = _timed_run(single, work / "one", work / "cache-one", args.limit_queries)
+    direct_s = direct_trial(args.dataset, args.limit_queries)
+    trials = len(cold.trials)
+    queries = cold.manifest["queries"]["count"]
+    print(f"sweep: {trials} trials, {queries} queries, {distinct} distinct chunks")
+    print(f"corpus embedded {embedded:.2f} times (target 1)")
+    print(
+        f"cold {cold_s:8.2f} s   warm {warm_s:6.2f} s   warm/cold {warm_s / cold_s:6.1%} "
+        "(target <= 5%)"
+    )
+    print(
+        f"one trial: engine {engine_s:6.2f} s   direct {direct_s:6.2f} s   overhead "
+        f"{engine_s / direct_s - 1:+.1%} (target <= 10%)"
+    )
+    print(f"(work files in {work})")
+    return 0 if np.isfinite(cold_s) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

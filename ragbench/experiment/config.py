@@ -1,0 +1,369 @@
+"""Experiment configs: the YAML schema, validation with key paths, and sweep expansion.
+
+A ``sweep`` names, per stage (``chunker``, ``embedder``, ``retriever``, ``reranker``), a list of
+component specs — the choices. Inside a spec, a list given for an option that takes one value is
+an axis (``size: [256, 512]``); an option that itself takes a list (``weights``, ``separators``)
+is swept with a list of lists. Nested components (``fusion: {kind: rrf, k: [10, 60]}``) expand
+the same way. Expansion drops stages a trial does not use (a BM25 trial has no embedder) and
+dedupes identical effective pipelines; each trial gets a stable id (hash of its effective
+config) and a readable label.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import random
+import types
+import typing
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ragbench.errors import ConfigError
+from ragbench.evaluate.metrics import parse_metrics
+from ragbench.registry import ComponentConfig, format_validation_error, registry
+
+__all__ = [
+    "STAGES",
+    "DatasetSpec",
+    "EvaluationSpec",
+    "ExperimentConfig",
+    "SearchSpec",
+    "Trial",
+    "expand",
+    "load_config",
+]
+
+STAGES = ("chunker", "embedder", "retriever", "reranker")
+_DEFAULTS: dict[str, list[dict[str, Any]]] = {
+    "chunker": [{"kind": "none"}],
+    "embedder": [{"kind": "sentence-transformers"}],
+    "reranker": [{"kind": "none"}],
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class DatasetSpec(_Strict):
+    """Where the labeled set is: a path (relative to the config file) or a bundled name."""
+
+    path: str
+    format: Literal["beir", "spans", "chunking_evaluation"] | None = None
+    split: str = "test"
+
+
+class EvaluationSpec(_Strict):
+    """How rankings are scored.
+
+    ``depth`` is the ranking depth at the evaluated level; ``chunk_depth`` is how many chunks
+    are retrieved per query (default: ``depth``, or ``3 * depth`` for document-level evaluation
+    of chunked corpora so that ``recall@depth`` still sees ``depth`` documents).
+    """
+
+    level: Literal["document", "chunk", "span"] = "document"
+    metrics: tuple[str, ...] = ("ndcg@10", "recall@100", "mrr@10")
+    depth: int = Field(100, gt=0)
+    chunk_depth: int | None = Field(None, gt=0)
+    relevance_level: int = Field(1, ge=1)
+    min_overlap: float = Field(0.0, ge=0, le=1)
+
+    @field_validator("metrics")
+    @classmethod
+    def _known_metrics(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("at least one metric is needed")
+        try:
+            return tuple(m.name for m in parse_metrics(value))
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+
+
+class SearchSpec(_Strict):
+    """Which trials of the grid run: all (``grid``), ``n`` at random, or ``n`` chosen by TPE."""
+
+    strategy: Literal["grid", "random", "tpe"] = "grid"
+    n: int | None = Field(None, gt=0)
+    seed: int = 0
+    objective: str | None = None
+
+
+class ExperimentConfig(_Strict):
+    """A whole experiment file (see DESIGN section 6)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    dataset: DatasetSpec
+    evaluation: EvaluationSpec = EvaluationSpec()
+    baseline: str | None = None
+    sweep: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
+    search: SearchSpec = SearchSpec()
+    base_dir: Path = Path(".")
+
+    @field_validator("sweep", mode="before")
+    @classmethod
+    def _stages(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        unknown = sorted(set(value) - set(STAGES))
+        if unknown:
+            raise ValueError(f"unknown stage {unknown[0]!r}; allowed: {', '.join(STAGES)}")
+        return {k: v if isinstance(v, list) else [v] for k, v in value.items()}
+
+    def dataset_path(self) -> str:
+        """The dataset path resolved against the config file's folder; a bare name that is
+        not a folder there (``demo``, a downloaded BEIR set) passes through unchanged."""
+        path = self.base_dir / Path(self.dataset.path).expanduser()
+        if path.exists() or "/" in self.dataset.path:
+            return str(path)
+        return self.dataset.path
+
+
+def load_config(source: str | Path | Mapping[str, Any]) -> ExperimentConfig:
+    """Read and validate a config (a YAML file or a mapping); errors name file and key path."""
+    where = ""
+    if isinstance(source, Mapping):
+        data, base = dict(source), Path(".")
+    else:
+        path = Path(source)
+        where = f"{path}: "
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            line = f" line {mark.line + 1}" if mark is not None else ""
+            raise ConfigError(f"{path}:{line} invalid YAML ({exc})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping at the top level")
+        base = path.resolve().parent
+    data.setdefault("base_dir", str(base))
+    try:
+        config = ExperimentConfig.model_validate(data)
+    except ValidationError as exc:
+        message = format_validation_error("", exc).replace("\n", "\n" + where)
+        raise ConfigError(where + message) from None
+    try:
+        expand(config)
+    except ConfigError as exc:
+        raise ConfigError(where + str(exc)) from None
+    return config
+
+
+# ---------------------------------------------------------------- expansion
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One effective pipeline: a config per stage it uses (``embedder`` may be None)."""
+
+    chunker: ComponentConfig
+    retriever: ComponentConfig
+    reranker: ComponentConfig
+    embedder: ComponentConfig | None
+
+    def effective(self) -> dict[str, Any]:
+        """The config that defines the trial (unused stages dropped)."""
+        return {s: getattr(self, s).model_dump(mode="json") for s in STAGES if getattr(self, s)}
+
+    @property
+    def id(self) -> str:
+        """Stable id: hash of the effective config."""
+        payload = json.dumps(self.effective(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+    @property
+    def label(self) -> str:
+        """Readable name: retriever, chunker, embedder (if used), reranker (if any)."""
+        parts = [self.retriever.label(), self.chunker.label()]
+        if self.embedder is not None:
+            parts.append(_embedder_label(self.embedder))
+        if self.reranker.kind != "none":
+            parts.append("rerank:" + self.reranker.label())
+        return " | ".join(parts)
+
+    def params(self) -> dict[str, Any]:
+        """Flattened parameters (``retriever.k1`` → 0.9) for tables and plots."""
+        flat: dict[str, Any] = {}
+        for stage, values in self.effective().items():
+            _flatten(stage, values, flat)
+        return flat
+
+
+def _embedder_label(config: ComponentConfig) -> str:
+    """The model's base name plus any other non-default option."""
+    model = getattr(config, "model", None)
+    if model is None:
+        return config.label()
+    default = type(config).model_fields["model"].default
+    options = config.model_copy(update={"model": default}).label()[len(config.kind) :]
+    return str(model).rsplit("/", 1)[-1] + options
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            _flatten(f"{prefix}.{key}", inner, out)
+    elif isinstance(value, list):
+        out[prefix] = json.dumps(value)
+    else:
+        out[prefix] = value
+
+
+def _takes_sequence(annotation: Any) -> bool:
+    """Whether a field annotation accepts a list/tuple value (then a list is not an axis)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_takes_sequence(a) for a in typing.get_args(annotation))
+    if origin is typing.Annotated:
+        return _takes_sequence(typing.get_args(annotation)[0])
+    return origin in (list, tuple, Sequence) or annotation in (list, tuple)
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds (for nested option dicts such as ``tokenizer``)."""
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _nested_family(info: Any) -> str | None:
+    """The component family of a ``component_field`` (found through its validator)."""
+    for meta in info.metadata:
+        func = getattr(meta, "func", None)
+        family = getattr(func, "family", None)
+        if family:
+            return family
+    return None
+
+
+def _variants(spec: Any, family: str, path: str) -> list[dict[str, Any]]:
+    """All concrete specs of one (possibly list-valued) component spec."""
+    if isinstance(spec, str):
+        spec = {"kind": spec}
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{path}: expected a component mapping with 'kind', got {spec!r}")
+    kinds = spec.get("kind")
+    if isinstance(kinds, list):
+        return [v for k in kinds for v in _variants({**spec, "kind": k}, family, path)]
+    reg = registry(family)
+    try:
+        model = reg.config_class(kinds)
+    except KeyError:
+        reg.parse(spec, path)  # raises the standard unknown-kind error
+        raise
+    return _expand_fields(dict(spec), model, path)
+
+
+def _expand_fields(spec: dict[str, Any], model: type[BaseModel], path: str) -> list[dict]:
+    axes: list[list[Any]] = []
+    keys = list(spec)
+    for key in keys:
+        value = spec[key]
+        info = model.model_fields.get(key)
+        if info is None or key == "kind":
+            axes.append([value])
+            continue
+        axes.append(_field_values(value, info, f"{path}.{key}"))
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*axes)]
+
+
+def _field_values(value: Any, info: Any, path: str) -> list[Any]:
+    family = _nested_family(info)
+    if family is not None:
+        choices = value if isinstance(value, list) else [value]
+        return [v for c in choices for v in _variants(c, family, path)]
+    submodel = _model_of(info.annotation)
+    if submodel is not None and isinstance(value, Mapping):
+        return _expand_fields(dict(value), submodel, path)
+    if isinstance(value, list):
+        if _takes_sequence(info.annotation):
+            nested = value and all(isinstance(v, list) for v in value)
+            return list(value) if nested else [value]
+        if not value:
+            raise ConfigError(f"{path}: an empty list sweeps nothing")
+        return list(value)
+    return [value]
+
+
+def _parsed(family: str, specs: list[dict[str, Any]], prefix: str) -> list[ComponentConfig]:
+    out: list[ComponentConfig] = []
+    for i, spec in enumerate(specs):
+        path = f"{prefix}[{i}]"
+        for variant in _variants(spec, family, path):
+            out.append(registry(family).parse(variant, path))
+    return out
+
+
+def grid(config: ExperimentConfig) -> list[Trial]:
+    """Every distinct effective pipeline of the sweep, in a prefix-sharing order."""
+    choices = {
+        s: _parsed(s, config.sweep.get(s, _DEFAULTS.get(s, [])), f"sweep.{s}") for s in STAGES
+    }
+    if not choices["retriever"]:
+        raise ConfigError("sweep.retriever: at least one retriever is needed (bm25, dense, hybrid)")
+    trials: dict[str, Trial] = {}
+    for chunker, embedder, retriever, reranker in itertools.product(
+        choices["chunker"], choices["embedder"], choices["retriever"], choices["reranker"]
+    ):
+        used = embedder if retriever.kind in {"dense", "hybrid"} else None
+        trial = Trial(chunker, retriever, reranker, used)
+        trials.setdefault(trial.id, trial)
+    return list(trials.values())
+
+
+def expand(config: ExperimentConfig) -> list[Trial]:
+    """The trials a config runs: the whole grid, or a seeded random sample of ``search.n``.
+
+    For ``tpe`` this is the candidate grid; the runner asks optuna which to run.
+    """
+    trials = grid(config)
+    search = config.search
+    if search.strategy in {"random", "tpe"} and search.n is None:
+        raise ConfigError(f"search.n: required for strategy {search.strategy!r}")
+    if search.strategy == "tpe":
+        objective = search.objective or config.evaluation.metrics[0]
+        if objective not in config.evaluation.metrics:
+            raise ConfigError(
+                f"search.objective: {objective!r} is not one of evaluation.metrics "
+                f"({', '.join(config.evaluation.metrics)})"
+            )
+    if search.strategy == "random" and search.n is not None and search.n < len(trials):
+        picked = sorted(random.Random(search.seed).sample(range(len(trials)), search.n))
+        trials = [trials[i] for i in picked]
+    if config.baseline is not None:
+        find_baseline(trials, config.baseline)
+    return trials
+
+
+def find_baseline(trials: Sequence[Trial], wanted: str) -> Trial:
+    """The trial named by id, exact label, or (first in order) a label containing ``wanted``."""
+    for match in (
+        lambda t: t.id == wanted,
+        lambda t: t.label == wanted,
+        lambda t: wanted.lower() in t.label.lower(),
+    ):
+        found = [t for t in trials if match(t)]
+        if found:
+            return found[0]
+    labels = "; ".join(t.label for t in trials[:10])
+    raise ConfigError(f"baseline: no trial matches {wanted!r} (trials: {labels})")
+
+
+def prefix_groups(trials: Sequence[Trial]) -> Iterator[list[Trial]]:
+    """Trials grouped by shared (chunker, embedder) prefix, so each group's artifacts build once."""
+    groups: dict[tuple[str, str], list[Trial]] = {}
+    for t in trials:
+        key = (t.chunker.key(), t.embedder.key() if t.embedder else "")
+        groups.setdefault(key, []).append(t)
+    yield from groups.values()

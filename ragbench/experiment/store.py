@@ -1,0 +1,195 @@
+"""The run directory: the contract between the runner, reports, notebooks and users.
+
+```
+<out>/manifest.json        resolved config, dataset fingerprint, versions, git commit, timing
+<out>/trials.parquet       one row per finished trial (params, mean metrics, latency, status)
+<out>/per_query.parquet    trial_id, query_id, metric, value
+<out>/queries.parquet      query_id, text, judged documents and evidence (for drill-downs)
+<out>/runs/<trial>.trec    the trial's ranking at the evaluated level (trec_eval format)
+<out>/runs/<trial>.top.parquet   top chunks per query with text excerpts
+```
+A trial is committed by three atomic writes — run files, then ``per_query.parquet``, then
+``trials.parquet`` — and counts as finished only once its row is in ``trials.parquet``; rows
+of ``per_query.parquet`` whose trial never got that far are dropped on the next commit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ragbench.data.trec import write_ranking
+from ragbench.errors import DataError
+from ragbench.types import Ranking
+
+__all__ = ["RunStore", "TrialResult"]
+
+
+@dataclass
+class TrialResult:
+    """Everything a finished (or failed) trial hands to the run directory."""
+
+    trial_id: str
+    label: str
+    params: dict[str, Any]
+    status: str = "ok"
+    error: str = ""
+    per_query: dict[str, np.ndarray] = field(default_factory=dict)
+    latency: dict[str, np.ndarray] = field(default_factory=dict)
+    index_build_s: float = 0.0
+    peak_rss_mb: float = 0.0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    seconds: float = 0.0
+    ranking: Ranking | None = None
+    top: pd.DataFrame | None = None
+
+    def row(self, query_ids: Sequence[str]) -> dict[str, Any]:
+        """The trials.parquet row: params, mean metrics, latency p50/p95 (ms/query), costs."""
+        row: dict[str, Any] = {
+            "trial_id": self.trial_id,
+            "label": self.label,
+            "status": self.status,
+            "error": self.error,
+            **{f"param.{k}": v for k, v in self.params.items()},
+        }
+        for metric, values in self.per_query.items():
+            row[metric] = float(np.mean(values)) if len(values) else float("nan")
+        total = np.zeros(len(query_ids))
+        for stage, seconds in self.latency.items():
+            ms = np.asarray(seconds) * 1000.0
+            total = total + ms if len(ms) == len(total) else total
+            row[f"latency.{stage}.p50_ms"], row[f"latency.{stage}.p95_ms"] = _p50_p95(ms)
+        if self.latency:
+            row["latency.total.p50_ms"], row["latency.total.p95_ms"] = _p50_p95(total)
+        row |= {
+            "index_build_s": self.index_build_s,
+            "peak_rss_mb": self.peak_rss_mb,
+            "cache_hits": self.cache_hits,
+            "cache_misses": self.cache_misses,
+            "seconds": self.seconds,
+            "queries": len(query_ids),
+        }
+        return row
+
+
+def _p50_p95(ms: np.ndarray) -> tuple[float, float]:
+    if len(ms) == 0:
+        return float("nan"), float("nan")
+    p50, p95 = np.percentile(ms, [50, 95])
+    return float(p50), float(p95)
+
+
+def _uniform(frame: pd.DataFrame) -> pd.DataFrame:
+    """Columns mixing value types (a param that is 512 in one trial, "auto" in another)
+    become strings, so parquet can store them."""
+    out = frame.copy()
+    for column in [c for c in out.columns if pd.api.types.is_object_dtype(out[c])]:
+        kinds = {type(v) for v in out[column] if v is not None and v == v}
+        if len(kinds) > 1:
+            out[column] = out[column].map(lambda v: v if v is None else str(v))
+    return out
+
+
+def _atomic_parquet(frame: pd.DataFrame, path: Path) -> None:
+    tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
+    _uniform(frame).to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+
+
+def _atomic_text(text: str, path: Path) -> None:
+    tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class RunStore:
+    """Reads and writes one run directory."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+
+    @property
+    def manifest_path(self) -> Path:
+        """``manifest.json``."""
+        return self.path / "manifest.json"
+
+    def exists(self) -> bool:
+        """Whether a run was started here."""
+        return self.manifest_path.is_file()
+
+    def manifest(self) -> dict[str, Any]:
+        """The manifest (error naming the folder when it is not a run directory)."""
+        if not self.exists():
+            raise DataError(f"{self.path}: not a ragbench run directory (no manifest.json)")
+        return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+
+    def write_manifest(self, manifest: Mapping[str, Any]) -> None:
+        """Write ``manifest.json`` atomically."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / "runs").mkdir(exist_ok=True)
+        _atomic_text(json.dumps(manifest, indent=2, default=str) + "\n", self.manifest_path)
+
+    def write_queries(self, frame: pd.DataFrame) -> None:
+        """``queries.parquet``: the evaluated queries with their judgements and evidence."""
+        _atomic_parquet(frame, self.path / "queries.parquet")
+
+    def trials(self) -> pd.DataFrame:
+        """Finished trials (empty frame when none)."""
+        path = self.path / "trials.parquet"
+        return pd.read_parquet(path) if path.is_file() else pd.DataFrame()
+
+    def per_query(self) -> pd.DataFrame:
+        """Per-query values of finished trials."""
+        path = self.path / "per_query.parquet"
+        if not path.is_file():
+            return pd.DataFrame(columns=["trial_id", "query_id", "metric", "value"])
+        return pd.read_parquet(path)
+
+    def finished_ids(self) -> set[str]:
+        """Ids of trials that finished successfully."""
+        trials = self.trials()
+        if trials.empty:
+            return set()
+        return set(trials.loc[trials["status"] == "ok", "trial_id"])
+
+    def commit(self, result: TrialResult, query_ids: Sequence[str]) -> None:
+        """Add (or replace) one trial: run files, per-query values, then its trials row."""
+        runs = self.path / "runs"
+        runs.mkdir(parents=True, exist_ok=True)
+        if result.ranking is not None:
+            tmp = runs / f".tmp-{uuid.uuid4().hex}.trec"
+            write_ranking(tmp, result.ranking, list(query_ids), tag=result.trial_id)
+            os.replace(tmp, runs / f"{result.trial_id}.trec")
+        if result.top is not None:
+            _atomic_parquet(result.top, runs / f"{result.trial_id}.top.parquet")
+        trials = self.trials()
+        keep = set(trials["trial_id"]) - {result.trial_id} if not trials.empty else set()
+        per_query = self.per_query()
+        per_query = per_query[per_query["trial_id"].isin(keep)]
+        fresh = [
+            pd.DataFrame(
+                {
+                    "trial_id": result.trial_id,
+                    "query_id": list(query_ids),
+                    "metric": metric,
+                    "value": np.asarray(values, dtype=np.float64),
+                }
+            )
+            for metric, values in result.per_query.items()
+        ]
+        _atomic_parquet(
+            pd.concat([per_query, *fresh], ignore_index=True), self.path / "per_query.parquet"
+        )
+        if not trials.empty:
+            trials = trials[trials["trial_id"] != result.trial_id]
+        row = pd.DataFrame([result.row(query_ids)])
+        _atomic_parquet(pd.concat([trials, row], ignore_index=True), self.path / "trials.parquet")

@@ -1,0 +1,70 @@
+"""Trial tables: the numbers of a run directory, arranged for people."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+__all__ = ["best_per_metric", "latency_stages", "markdown_table", "trial_table"]
+
+
+def latency_stages(trials: pd.DataFrame) -> list[str]:
+    """Stage names that have latency columns, in pipeline order (total last)."""
+    order = ["embed_query", "dense", "bm25", "fusion", "rerank", "total"]
+    found = {c.split(".")[1] for c in trials.columns if c.startswith("latency.")}
+    return [s for s in order if s in found] + sorted(found - set(order))
+
+
+def trial_table(trials: pd.DataFrame, metrics: Sequence[str], stages: bool = False) -> pd.DataFrame:
+    """Trials sorted by the first metric: label, metrics, p50/p95 latency (ms), build time."""
+    if trials.empty:
+        return pd.DataFrame()
+    ok = trials[trials["status"] == "ok"]
+    columns = ["label", *metrics]
+    for stage in latency_stages(ok) if stages else ["total"]:
+        columns += [f"latency.{stage}.p50_ms", f"latency.{stage}.p95_ms"]
+    columns.append("index_build_s")
+    present = [c for c in columns if c in ok.columns]
+    table = ok.set_index("trial_id")[present].sort_values(metrics[0], ascending=False)
+    return table.rename(
+        columns=lambda c: (
+            c.replace("latency.", "").replace(".p50_ms", " p50 ms").replace(".p95_ms", " p95 ms")
+        )
+    )
+
+
+def best_per_metric(trials: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
+    """For each metric, the trial with the highest mean."""
+    ok = trials[trials["status"] == "ok"]
+    rows = []
+    for metric in metrics:
+        if metric in ok.columns and ok[metric].notna().any():
+            best = ok.loc[ok[metric].idxmax()]
+            rows.append(
+                {
+                    "metric": metric,
+                    "value": best[metric],
+                    "trial_id": best["trial_id"],
+                    "label": best["label"],
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _cell(value: object, digits: int) -> str:
+    if isinstance(value, float):
+        return "" if value != value else f"{value:.{digits}f}"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(frame: pd.DataFrame, digits: int = 4, index: bool = True) -> str:
+    """A GitHub-flavoured Markdown table of ``frame`` (floats with ``digits`` decimals)."""
+    data = frame.reset_index() if index else frame
+    header = "| " + " | ".join(_cell(c, digits) for c in data.columns) + " |"
+    rule = "|" + "|".join("---" for _ in data.columns) + "|"
+    body = [
+        "| " + " | ".join(_cell(v, digits) for v in row) + " |"
+        for row in data.itertuples(index=False)
+    ]
+    return "\n".join([header, rule, *body])
