@@ -39,6 +39,15 @@ def test_roles_and_identities_are_separate_entries(tmp_path: Path) -> None:
     assert other.embed(["same text"]).shape == (1, 16) and other.misses == 1
 
 
+def test_roles_outside_the_cached_ones_always_reach_the_model(tmp_path: Path) -> None:
+    cached = CachedEmbedder(_embedder(), EmbeddingCache(tmp_path), roles=("document",))
+    cached.embed(["q"], role="query")
+    cached.embed(["q"], role="query")
+    cached.embed(["d"])
+    cached.embed(["d"])
+    assert cached.inner.stats.queries == 2 and cached.inner.stats.texts == 3
+
+
 def test_many_small_shards_are_compacted_without_losing_entries(tmp_path: Path) -> None:
     cached = CachedEmbedder(_embedder(), EmbeddingCache(tmp_path))
     for i in range(80):

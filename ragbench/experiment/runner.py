@@ -110,7 +110,9 @@ class Context:
         """One reranker per config; a dense reranker reads document vectors from the cache."""
         if config.key() not in self._rerankers:
             if isinstance(config, DenseRerankConfig):
-                cached = CachedEmbedder(self.embedder(config.embedder), self.cache.embeddings)
+                cached = CachedEmbedder(  # queries stay uncached: their latency is measured
+                    self.embedder(config.embedder), self.cache.embeddings, roles=("document",)
+                )
                 self._rerankers[config.key()] = DenseReranker(config, cached)
             else:
                 self._rerankers[config.key()] = registry("reranker").build(config)

@@ -259,12 +259,19 @@ class CachedEmbedder:
     """An embedder that serves repeated texts from an ``EmbeddingCache``.
 
     Only texts never embedded before (by this identity and role) reach the wrapped model, each
-    distinct text once per call; ``hits`` / ``misses`` count texts served and computed.
+    distinct text once per call; ``hits`` / ``misses`` count texts served and computed. Roles
+    outside ``roles`` always reach the model (e.g. queries, when their latency is measured).
     """
 
-    def __init__(self, inner: Embedder, cache: EmbeddingCache | None = None) -> None:
+    def __init__(
+        self,
+        inner: Embedder,
+        cache: EmbeddingCache | None = None,
+        roles: tuple[Role, ...] = ("document", "query"),
+    ) -> None:
         self.inner = inner
         self.cache = cache or EmbeddingCache()
+        self.roles = roles
         self.hits = 0
         self.misses = 0
 
@@ -280,6 +287,8 @@ class CachedEmbedder:
 
     def embed(self, texts: Sequence[str], role: Role = "document") -> np.ndarray:
         """Vectors for ``texts``, computing only the ones not cached yet."""
+        if role not in self.roles:
+            return self.inner.embed(texts, role)
         identity = self.inner.identity
         keys = self.cache.text_keys(texts)
         found = self.cache.lookup(identity, role, keys)
