@@ -170,7 +170,7 @@ def _print_frame(frame: pd.DataFrame) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from ragbench.experiment.config import load_config
     from ragbench.experiment.runner import dry_run, run
-    from ragbench.report.markdown import write_markdown
+    from ragbench.report.report import Report
     from ragbench.report.tables import trial_table
 
     config = load_config(args.config)
@@ -195,12 +195,48 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
     trials = result.trials
     _print_frame(trial_table(trials, result.metrics))
-    report = write_markdown(result.path)
-    failed = int((trials["status"] != "ok").sum()) if not trials.empty else 0
-    print(f"\nrun directory: {result.path}\nreport:        {report}")
+    print(f"\nrun directory: {result.path}")
+    failed = int((trials["status"] != "ok").sum()) if not trials.empty else len(trials)
+    if failed < len(trials) and not args.no_report:
+        paths = Report.from_run(result.path).write(("html", "md"))
+        print(f"report:        {paths['html']}")
     if failed:
-        print(f"{failed} trial(s) failed; see {report}", file=sys.stderr)
+        print(f"{failed} trial(s) failed; see {result.path / 'trials.parquet'}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from ragbench.report.report import Report
+
+    try:
+        report = Report.from_run(
+            Path(args.run_dir),
+            args.baseline,
+            args.metric,
+            test=args.test,
+            correction=args.correction,
+        )
+    except ValueError as exc:
+        raise DataError(str(exc)) from None
+    formats = ["html", "md"] if args.format == "html" else [args.format]
+    paths = report.write(formats)
+    _print_frame(report.display_table())
+    for fmt, path in paths.items():
+        print(f"{fmt:<6} {path}")
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from ragbench.report.compare import compare_runs
+
+    try:
+        table, warnings = compare_runs([Path(d) for d in args.run_dirs], args.metric)
+    except ValueError as exc:
+        raise DataError(str(exc)) from None
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    _print_frame(table.set_index(["run", "trial_id"]))
+    return 0
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
@@ -235,7 +271,27 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--limit-queries", type=int, help="evaluate only the first N queries")
     run.add_argument("--dataset", help="dataset path or name, replacing the config's")
     run.add_argument("--dry-run", action="store_true", help="list trials and cached artifacts")
+    run.add_argument("--no-report", action="store_true", help="skip the HTML/Markdown report")
     run.set_defaults(func=_cmd_run)
+    report = sub.add_parser("report", help="write report.html / report.md for a run directory")
+    report.add_argument("run_dir", help="a run directory written by `ragbench run`")
+    report.add_argument("--baseline", help="trial id or label (default: the config's, else first)")
+    report.add_argument("--metric", help="primary metric (default: the first evaluated)")
+    report.add_argument(
+        "--format",
+        choices=["html", "md", "latex"],
+        default="html",
+        help="html also writes report.md and plots/",
+    )
+    report.add_argument("--test", choices=["permutation", "t", "wilcoxon"], default="permutation")
+    report.add_argument(
+        "--correction", choices=["holm", "bonferroni", "bh", "none"], default="holm"
+    )
+    report.set_defaults(func=_cmd_report)
+    compare = sub.add_parser("compare", help="trials of several runs in one table")
+    compare.add_argument("run_dirs", nargs="+", help="run directories")
+    compare.add_argument("--metric", help="metric to sort by (default: the first run's first)")
+    compare.set_defaults(func=_cmd_compare)
     cache = sub.add_parser("cache", help="inspect or clear the stage cache")
     cache.add_argument("--root", help="cache root (default: RAGBENCH_CACHE or ~/.cache/ragbench)")
     commands = cache.add_subparsers(dest="cache_command", required=True)

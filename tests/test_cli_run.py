@@ -41,7 +41,7 @@ def test_run_prints_the_table_and_writes_report(
     printed = capsys.readouterr().out
     lines = printed.splitlines()
     assert "ndcg@10" in lines[0] and "total p50 ms" in lines[0]
-    assert f"run directory: {out}" in printed
+    assert f"run directory: {out}" in printed and "report.html" in printed
     report = (out / "report.md").read_text()
     assert "## Best trial per metric" in report and "## Config" in report
     values = [float(line.split()[-5]) for line in lines[2:5] if line.strip()]

@@ -72,6 +72,12 @@ def test_run_directory_contract_and_trec_eval_agreement(tmp_path: Path) -> None:
             )
         top = pd.read_parquet(root / "runs" / f"{trial.trial_id}.top.parquet")
         assert set(top["rank"]) == {1, 2, 3, 4, 5} and top["text"].str.len().gt(0).all()
+    curves = result.curves
+    assert set(curves["metric"]) == {"ndcg", "recall", "span_recall"}
+    for trial_id, ndcg10 in zip(trials["trial_id"], trials["ndcg@10"], strict=True):
+        mine = curves[(curves["trial_id"] == trial_id) & (curves["metric"] == "ndcg")]
+        assert list(mine["k"]) == list(range(1, 21))
+        assert abs(mine.set_index("k").loc[10, "value"] - ndcg10) < 1e-12
     latency = [c for c in trials.columns if c.startswith("latency.")]
     hybrid = trials[trials["label"].str.startswith("hybrid")].iloc[0]
     assert {"latency.embed_query.p50_ms", "latency.bm25.p95_ms", "latency.fusion.p50_ms"} <= set(

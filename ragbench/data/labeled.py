@@ -103,6 +103,18 @@ class LabeledSet:
             split=self.split,
         )
 
+    def _repr_html_(self) -> str:
+        rows = {
+            "split": self.split,
+            "documents": len(self.documents),
+            "queries": len(self.queries),
+            "judgements": sum(map(len, self.qrels.values())),
+            "evidence spans": sum(map(len, self.evidence.values())),
+            "fingerprint": self.fingerprint[:16],
+        }
+        cells = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows.items())
+        return f"<b>LabeledSet {self.name!r}</b><table>{cells}</table>"
+
     def __repr__(self) -> str:
         return (
             f"LabeledSet({self.name!r}, split={self.split!r}, documents={len(self.documents)}, "

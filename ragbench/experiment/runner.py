@@ -35,7 +35,7 @@ from ragbench.data import load_dataset
 from ragbench.data.labeled import LabeledSet
 from ragbench.errors import ConfigError
 from ragbench.evaluate.labels import ChunkTable, document_ranking, evaluate_chunks
-from ragbench.evaluate.metrics import relevant_query_ids
+from ragbench.evaluate.metrics import parse_metrics, relevant_query_ids
 from ragbench.experiment.config import ExperimentConfig, Trial, expand, load_config
 from ragbench.experiment.stages import StageCache, Timed, component_key, stage_key
 from ragbench.experiment.store import RunStore, TrialResult
@@ -279,11 +279,43 @@ def _evaluate(ctx: Context, ranking: Ranking, table: ChunkTable, result: TrialRe
         min_overlap=evaluation.min_overlap,
         depth=evaluation.depth,
     )
+    result.curves = _curves(ctx, ranking, table)
     if evaluation.level == "document":
         result.ranking = document_ranking(ranking, table).head(evaluation.depth)
     else:
         result.ranking = ranking.head(evaluation.depth)
     result.top = _top_chunks(ctx, ranking, table)
+
+
+_SPAN_CURVE_DEPTH = 20  # span metrics walk intervals per query: their curves stop here
+
+
+def _curves(ctx: Context, ranking: Ranking, table: ChunkTable) -> dict[str, np.ndarray]:
+    """Mean of each evaluated metric family at every cutoff k = 1..depth (metric@k curves)."""
+    evaluation = ctx.spec.config.evaluation
+    families = {}
+    for metric in parse_metrics(evaluation.metrics):
+        if metric.k is not None:
+            depth = evaluation.depth if not metric.is_span else _SPAN_CURVE_DEPTH
+            families[metric.family] = min(depth, evaluation.depth)
+    if not families:
+        return {}
+    names = [f"{family}@{k}" for family, depth in families.items() for k in range(1, depth + 1)]
+    values = evaluate_chunks(
+        ranking,
+        ctx.query_ids,
+        table,
+        ctx.labeled,
+        names,
+        level=evaluation.level,
+        relevance_level=evaluation.relevance_level,
+        min_overlap=evaluation.min_overlap,
+        depth=evaluation.depth,
+    )
+    return {
+        family: np.array([values[f"{family}@{k}"].mean() for k in range(1, depth + 1)])
+        for family, depth in families.items()
+    }
 
 
 def _top_chunks(ctx: Context, ranking: Ranking, table: ChunkTable) -> pd.DataFrame:
@@ -332,6 +364,11 @@ class RunResult:
     def per_query(self) -> pd.DataFrame:
         """Per-query metric values (long format)."""
         return RunStore(self.path).per_query()
+
+    @property
+    def curves(self) -> pd.DataFrame:
+        """Mean metric@k for k = 1..depth per trial (long format)."""
+        return RunStore(self.path).curves()
 
     @property
     def metrics(self) -> list[str]:
@@ -468,7 +505,7 @@ def run(
             )
         _compatible(store.manifest(), manifest, store.path)
     elif store.exists():
-        for name in ("trials.parquet", "per_query.parquet"):
+        for name in ("trials.parquet", "per_query.parquet", "curves.parquet"):
             (store.path / name).unlink(missing_ok=True)
     store.write_manifest(manifest)
     store.write_queries(_queries_frame(ctx))

@@ -4,13 +4,15 @@
 <out>/manifest.json        resolved config, dataset fingerprint, versions, git commit, timing
 <out>/trials.parquet       one row per finished trial (params, mean metrics, latency, status)
 <out>/per_query.parquet    trial_id, query_id, metric, value
+<out>/curves.parquet       trial_id, metric (family), k, value: mean metric@k for k = 1..depth
 <out>/queries.parquet      query_id, text, judged documents and evidence (for drill-downs)
 <out>/runs/<trial>.trec    the trial's ranking at the evaluated level (trec_eval format)
 <out>/runs/<trial>.top.parquet   top chunks per query with text excerpts
 ```
-A trial is committed by three atomic writes — run files, then ``per_query.parquet``, then
-``trials.parquet`` — and counts as finished only once its row is in ``trials.parquet``; rows
-of ``per_query.parquet`` whose trial never got that far are dropped on the next commit.
+A trial is committed by atomic writes — run files, then ``per_query.parquet`` and
+``curves.parquet``, then ``trials.parquet`` — and counts as finished only once its row is in
+``trials.parquet``; rows of the other tables whose trial never got that far are dropped on the
+next commit.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class TrialResult:
     seconds: float = 0.0
     ranking: Ranking | None = None
     top: pd.DataFrame | None = None
+    curves: dict[str, np.ndarray] = field(default_factory=dict)
 
     def row(self, query_ids: Sequence[str]) -> dict[str, Any]:
         """The trials.parquet row: params, mean metrics, latency p50/p95 (ms/query), costs."""
@@ -149,10 +152,22 @@ class RunStore:
 
     def per_query(self) -> pd.DataFrame:
         """Per-query values of finished trials."""
-        path = self.path / "per_query.parquet"
-        if not path.is_file():
-            return pd.DataFrame(columns=["trial_id", "query_id", "metric", "value"])
-        return pd.read_parquet(path)
+        return self._table("per_query", ["trial_id", "query_id", "metric", "value"])
+
+    def curves(self) -> pd.DataFrame:
+        """Mean metric@k curves of finished trials."""
+        return self._table("curves", ["trial_id", "metric", "k", "value"])
+
+    def _table(self, name: str, columns: list[str]) -> pd.DataFrame:
+        path = self.path / f"{name}.parquet"
+        return pd.read_parquet(path) if path.is_file() else pd.DataFrame(columns=columns)
+
+    def _append(self, name: str, keep: set[str], frames: list[pd.DataFrame]) -> None:
+        """Rewrite ``<name>.parquet`` with the rows of ``keep`` trials plus ``frames``."""
+        old = self._table(name, [])
+        if not old.empty:
+            old = old[old["trial_id"].isin(keep)]
+        _atomic_parquet(pd.concat([old, *frames], ignore_index=True), self.path / f"{name}.parquet")
 
     def finished_ids(self) -> set[str]:
         """Ids of trials that finished successfully."""
@@ -173,9 +188,7 @@ class RunStore:
             _atomic_parquet(result.top, runs / f"{result.trial_id}.top.parquet")
         trials = self.trials()
         keep = set(trials["trial_id"]) - {result.trial_id} if not trials.empty else set()
-        per_query = self.per_query()
-        per_query = per_query[per_query["trial_id"].isin(keep)]
-        fresh = [
+        per_query = [
             pd.DataFrame(
                 {
                     "trial_id": result.trial_id,
@@ -186,9 +199,19 @@ class RunStore:
             )
             for metric, values in result.per_query.items()
         ]
-        _atomic_parquet(
-            pd.concat([per_query, *fresh], ignore_index=True), self.path / "per_query.parquet"
-        )
+        self._append("per_query", keep, per_query)
+        curves = [
+            pd.DataFrame(
+                {
+                    "trial_id": result.trial_id,
+                    "metric": family,
+                    "k": np.arange(1, len(values) + 1),
+                    "value": values,
+                }
+            )
+            for family, values in result.curves.items()
+        ]
+        self._append("curves", keep, curves)
         if not trials.empty:
             trials = trials[trials["trial_id"] != result.trial_id]
         row = pd.DataFrame([result.row(query_ids)])

@@ -1,55 +1,77 @@
-"""``report.md``: the trial table, the best trial per metric, and the config of a run."""
+"""``report.md``: summary, trial table with significance marks, plots, drill-down, config."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
-from ragbench.experiment.store import RunStore
-from ragbench.report.tables import best_per_metric, markdown_table, trial_table
+if TYPE_CHECKING:
+    from ragbench.report.report import Report
 
-__all__ = ["write_markdown"]
+__all__ = ["render_markdown", "summary_lines"]
 
 
-def write_markdown(run_dir: Path | str) -> Path:
-    """Write ``<run_dir>/report.md`` and return its path."""
-    store = RunStore(run_dir)
-    manifest = store.manifest()
-    trials = store.trials()
-    metrics = list(manifest["config"]["evaluation"]["metrics"])
+def summary_lines(report: Report) -> list[str]:
+    """Plain sentences: the baseline, and the best trial per metric with its difference."""
+    base = report.label(report.baseline)
+    lines = [
+        f"Baseline: `{base}`. Test: {report.test}, {report.correction} correction, "
+        f"alpha {report.alpha}; ▲/▼ mark significant differences from the baseline."
+    ]
+    stats = report.stats
+    for metric in report.metrics:
+        part = stats.loc[metric]
+        best = part["mean"].idxmax()
+        row = part.loc[best]
+        if best == report.baseline:
+            lines.append(f"- **{metric}**: the baseline is best ({row['mean']:.4f}).")
+            continue
+        verdict = "significant" if row["significant"] else "not significant"
+        lines.append(
+            f"- **{metric}**: `{report.label(best)}` {row['mean']:.4f} "
+            f"({row['delta']:+.4f} vs baseline, p_adj = {row['p_adjusted']:.3g}, {verdict}; "
+            f"95% CI {row['ci_low']:.4f}–{row['ci_high']:.4f}; "
+            f"wins/ties/losses {int(row['wins'])}/{int(row['ties'])}/{int(row['losses'])})"
+        )
+    return lines
+
+
+def render_markdown(report: Report, images: list[str]) -> str:
+    """The whole Markdown report; ``images`` are plot names saved under ``plots/``."""
+    manifest = report.manifest
+    dataset = manifest["dataset"]
     lines = [
         f"# {manifest['config']['name']}",
         "",
-        f"Dataset `{manifest['dataset']['name']}` ({manifest['dataset']['split']}), "
-        f"{manifest['queries']['count']} queries, "
-        f"fingerprint `{manifest['dataset_fingerprint'][:16]}`.",
-        "",
-        "## Trials",
-        "",
-        markdown_table(trial_table(trials, metrics, stages=True))
-        if not trials.empty
-        else "No finished trial.",
+        f"Dataset `{dataset['name']}` ({dataset['split']}, {dataset['documents']} documents), "
+        f"{manifest['queries']['count']} queries, fingerprint "
+        f"`{manifest['dataset_fingerprint'][:16]}`, level {manifest['evaluation']['level']}.",
         "",
         "## Best trial per metric",
         "",
-        markdown_table(best_per_metric(trials, metrics), index=False) if not trials.empty else "-",
-    ]
-    failed = trials[trials["status"] != "ok"] if not trials.empty else trials
-    if not failed.empty:
-        lines += ["", "## Failed trials", ""]
-        lines += [f"- `{r.trial_id}` {r.label}: {r.error}" for r in failed.itertuples()]
-    config = json.loads(json.dumps(manifest["config"]))
-    lines += [
+        *summary_lines(report),
         "",
-        "## Config",
+        "## Trials",
         "",
-        "```yaml",
-        yaml.safe_dump(config, sort_keys=False).rstrip(),
-        "```",
+        report.to_markdown(),
         "",
     ]
-    path = Path(run_dir) / "report.md"
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
+    if images:
+        lines += ["## Plots", ""] + [f"![{name}](plots/{name}.png)" for name in images] + [""]
+    drill = report.drilldown(n=5) if report.best != report.baseline else None
+    if drill is not None and not drill.empty:
+        lines += [
+            f"## Queries where `{report.label(report.best)}` and the baseline differ most",
+            "",
+        ]
+        for row in drill.itertuples():
+            lines.append(f"- `{row.query_id}` ({row.delta:+.3f}): {row.query}")
+        lines.append("")
+    if not report.failed.empty:
+        lines += ["## Failed trials", ""]
+        lines += [f"- `{r.trial_id}` {r.label}: {r.error}" for r in report.failed.itertuples()]
+        lines.append("")
+    config = yaml.safe_dump(manifest["config"], sort_keys=False).rstrip()
+    lines += ["## Config", "", "```yaml", config, "```", ""]
+    return "\n".join(lines)

@@ -1,0 +1,70 @@
+"""Trials of several runs in one table, with warnings when the runs are not comparable."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from ragbench.evaluate.metrics import parse_metric
+from ragbench.experiment.store import RunStore
+
+__all__ = ["compare_runs"]
+
+
+def _differences(manifests: dict[str, dict]) -> list[str]:
+    """Why numbers of these runs may not be comparable."""
+    warnings = []
+    checks = {
+        "dataset fingerprint": lambda m: m["dataset_fingerprint"][:16],
+        "split": lambda m: m["dataset"]["split"],
+        "queries": lambda m: m["queries"]["count"],
+        "depth": lambda m: m["evaluation"]["depth"],
+        "evaluation level": lambda m: m["evaluation"]["level"],
+        "relevance level": lambda m: m["evaluation"]["relevance_level"],
+    }
+    for what, get in checks.items():
+        values = {run: get(m) for run, m in manifests.items()}
+        if len(set(values.values())) > 1:
+            listed = ", ".join(f"{run}: {value}" for run, value in values.items())
+            warnings.append(f"runs differ in {what} ({listed})")
+    return warnings
+
+
+def compare_runs(
+    run_dirs: Sequence[Path | str], metric: str | None = None
+) -> tuple[pd.DataFrame, list[str]]:
+    """All finished trials of ``run_dirs`` sorted by ``metric`` (default: the first run's first
+    metric), plus warnings when datasets, splits, depths or metric cutoffs differ."""
+    if not run_dirs:
+        raise ValueError("compare needs at least one run directory")
+    manifests = {str(d): RunStore(d).manifest() for d in run_dirs}
+    first = next(iter(manifests.values()))
+    metric = metric or first["config"]["evaluation"]["metrics"][0]
+    warnings = _differences(manifests)
+    family = parse_metric(metric).family
+    cutoffs = {
+        run: sorted(
+            m for m in man["config"]["evaluation"]["metrics"] if parse_metric(m).family == family
+        )
+        for run, man in manifests.items()
+    }
+    if len({tuple(c) for c in cutoffs.values()}) > 1:
+        listed = ", ".join(f"{run}: {', '.join(c) or 'none'}" for run, c in cutoffs.items())
+        warnings.append(f"runs measured {family} at different cutoffs ({listed})")
+    frames = []
+    for run, manifest in manifests.items():
+        trials = RunStore(run).trials()
+        if metric not in trials.columns:
+            warnings.append(f"{run} has no {metric}; its trials are left out")
+            continue
+        trials = trials[trials["status"] == "ok"].copy()
+        trials.insert(0, "run", manifest["config"]["name"])
+        frames.append(trials)
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if table.empty or metric not in table.columns:
+        raise ValueError(f"no finished trial of these runs has {metric!r}")
+    columns = ["run", "trial_id", "label", metric, "latency.total.p50_ms", "latency.total.p95_ms"]
+    table = table[[c for c in columns if c in table.columns]]
+    return table.sort_values(metric, ascending=False), warnings

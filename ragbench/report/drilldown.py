@@ -1,0 +1,68 @@
+"""Per-query drill-down: where two trials differ most, with the query, its gold evidence and
+each trial's top chunks, read from the run directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from ragbench.experiment.store import RunStore
+
+__all__ = ["drilldown"]
+
+
+def _top(run_dir: Path, trial_id: str, per_query: int) -> dict[str, list[dict]]:
+    path = run_dir / "runs" / f"{trial_id}.top.parquet"
+    if not path.is_file():
+        return {}
+    top = pd.read_parquet(path)
+    top = top[top["rank"] <= per_query]
+    return {
+        qid: group.sort_values("rank")[["rank", "chunk_id", "score", "text"]].to_dict("records")
+        for qid, group in top.groupby("query_id")
+    }
+
+
+def drilldown(
+    run_dir: Path | str, trial_a: str, trial_b: str, metric: str, n: int = 10, chunks: int = 3
+) -> pd.DataFrame:
+    """The ``n`` queries with the largest |b − a| on ``metric``.
+
+    Columns: query_id, query, delta (b − a), a, b, gold (judged documents and evidence
+    excerpts), top_a, top_b (each trial's first ``chunks`` chunks: rank, id, score, text).
+    """
+    store = RunStore(run_dir)
+    per_query = store.per_query()
+    values = per_query[per_query["metric"] == metric].pivot(
+        index="query_id", columns="trial_id", values="value"
+    )
+    missing = [t for t in (trial_a, trial_b) if t not in values.columns]
+    if missing:
+        raise ValueError(f"{run_dir}: no {metric!r} values for trial(s) {', '.join(missing)}")
+    frame = pd.DataFrame({"a": values[trial_a], "b": values[trial_b]})
+    frame["delta"] = frame["b"] - frame["a"]
+    frame = frame[frame["delta"] != 0]
+    frame = frame.reindex(frame["delta"].abs().sort_values(ascending=False).index).head(n)
+    queries = pd.read_parquet(Path(run_dir) / "queries.parquet").set_index("query_id")
+    top_a, top_b = _top(Path(run_dir), trial_a, chunks), _top(Path(run_dir), trial_b, chunks)
+    rows = []
+    for qid, row in frame.iterrows():
+        query = queries.loc[qid]
+        rows.append(
+            {
+                "query_id": qid,
+                "query": query["text"],
+                "delta": row["delta"],
+                "a": row["a"],
+                "b": row["b"],
+                "gold": {
+                    "qrels": json.loads(query["qrels"]),
+                    "evidence": json.loads(query["evidence"]),
+                },
+                "top_a": top_a.get(qid, []),
+                "top_b": top_b.get(qid, []),
+            }
+        )
+    return pd.DataFrame(rows)

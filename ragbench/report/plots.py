@@ -1,0 +1,447 @@
+"""Plots of a run directory: quality against chunk size, latency, cutoff and swept parameters.
+
+Every function takes the run-directory frames (``trials``, ``per_query``, ``curves``), returns a
+``matplotlib.figure.Figure`` built without pyplot (no global state, nothing shown), and raises
+``ValueError`` with a message naming what is missing when there is nothing to draw. Only trials
+with ``status == "ok"`` and a value for the plotted metric are drawn. Colours follow the
+retriever kind, the same in every plot.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import zlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib as mpl
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+__all__ = [
+    "heatmap",
+    "kind_colour",
+    "metric_at_k",
+    "metric_vs_chunk_size",
+    "pareto",
+    "pareto_front",
+    "per_query_difference",
+    "save",
+    "short_labels",
+    "swept_parameters",
+]
+
+SIZE = "param.chunker.size"
+CHUNKER = "param.chunker.kind"
+RETRIEVER = "param.retriever.kind"
+TOTAL_P95 = "latency.total.p95_ms"
+
+_PALETTE = [mpl.colormaps["tab10"](i) for i in range(10)]
+_KIND_COLOURS = {"bm25": _PALETTE[0], "dense": _PALETTE[1], "hybrid": _PALETTE[2]}
+_LINESTYLES = ["-", "--", "-.", ":"]
+_MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
+_LATENCY = re.compile(r"latency\.(?P<stage>[^.]+)\.(?P<pct>p\d+)_ms")
+_NUMBER_OFFSETS = [(6, 4), (6, -12), (-14, 4)]
+_DPI = 110
+_WIN, _LOSS, _NEUTRAL = "#2ca02c", "#d62728", "#7f7f7f"
+
+
+# ---------------------------------------------------------------- shared helpers
+
+
+def png(fig: Figure) -> bytes:
+    """``fig`` as PNG bytes (tight bounding box, readable DPI)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=_DPI, bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def save(fig: Figure, path: Path | str) -> Path:
+    """Write ``fig`` as a PNG file; return the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(png(fig))
+    return out
+
+
+def kind_colour(kind: object) -> tuple[float, float, float, float]:
+    """The colour of a retriever kind: fixed for built-in kinds, stable for the others."""
+    name = str(kind)
+    if name in _KIND_COLOURS:
+        return _KIND_COLOURS[name]
+    spare = _PALETTE[3:]
+    return spare[zlib.crc32(name.encode()) % len(spare)]
+
+
+def short_labels(
+    labels: Sequence[str], width: int = 48, among: Sequence[str] | None = None
+) -> list[str]:
+    """Trial labels without the ``" | "`` parts shared by every label of ``among`` (default:
+    ``labels``), cut to ``width`` characters."""
+    context = [str(label).split(" | ") for label in (labels if among is None else among)]
+    common = set.intersection(*(set(p) for p in context)) if context else set()
+    out = []
+    for parts in (str(label).split(" | ") for label in labels):
+        kept = [p for p in parts if p not in common] or parts[:1]
+        text = " | ".join(kept)
+        out.append(text if len(text) <= width else text[: width - 1] + "…")
+    return out
+
+
+def _usable(trials: pd.DataFrame, columns: Sequence[str], what: str) -> pd.DataFrame:
+    """Finished trials with a value in every one of ``columns`` (ValueError when none)."""
+    missing = [c for c in columns if c not in trials.columns]
+    if missing:
+        raise ValueError(f"{what}: no column {', '.join(map(repr, missing))} in the trials")
+    ok = trials[trials["status"] == "ok"] if "status" in trials.columns else trials
+    ok = ok.dropna(subset=list(columns))
+    if ok.empty:
+        raise ValueError(f"{what}: no finished trial has values for {', '.join(columns)}")
+    return ok
+
+
+def _new_figure(width: float = 8.0, height: float = 5.0) -> tuple[Figure, Axes]:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _legend_outside(ax: Axes, title: str | None = None) -> None:
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, title=title)
+
+
+def _latency_label(column: str) -> str:
+    match = _LATENCY.fullmatch(column)
+    if match is None:
+        return column
+    return f"{match['stage']} {match['pct']} latency (ms per query)"
+
+
+def _param_name(column: str) -> str:
+    return column.removeprefix("param.")
+
+
+def _tick(value: object) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+# ---------------------------------------------------------------- metric vs chunk size
+
+
+def metric_vs_chunk_size(trials: pd.DataFrame, metric: str) -> Figure:
+    """``metric`` against chunk size, one line per (chunker kind, retriever kind).
+
+    Where other parameters vary, each point is the best trial at that size ("best of N").
+    Trials without a size (chunker ``none``) become a dashed reference line per retriever.
+    """
+    ok = _usable(trials, [metric, CHUNKER, RETRIEVER], "metric_vs_chunk_size")
+    if SIZE not in ok.columns:
+        raise ValueError(f"metric_vs_chunk_size: no column {SIZE!r} in the trials")
+    ok = ok.assign(_size=pd.to_numeric(ok[SIZE], errors="coerce"))
+    sized = ok[ok["_size"].notna()]
+    if sized.empty:
+        raise ValueError("metric_vs_chunk_size: no finished trial has a chunk size")
+    fig, ax = _new_figure()
+    chunkers = sorted(sized[CHUNKER].astype(str).unique())
+    for (chunker, retriever), series in sized.groupby([CHUNKER, RETRIEVER], sort=True):
+        _size_series(ax, series, metric, f"{chunker} · {retriever}", chunkers.index(chunker))
+    for retriever, series in ok[ok["_size"].isna()].groupby(RETRIEVER, sort=True):
+        _reference_line(ax, series, metric, str(retriever))
+    _size_axis(ax, sized)
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric} by chunk size")
+    ax.grid(alpha=0.3)
+    _legend_outside(ax, "chunker · retriever")
+    return fig
+
+
+def _size_series(ax: Axes, series: pd.DataFrame, metric: str, name: str, style: int) -> None:
+    """One line: the best trial at each size of one (chunker, retriever) series."""
+    best = series.groupby("_size")[metric].agg(["max", "size"])
+    tried = int(best["size"].max())
+    ax.plot(
+        best.index,
+        best["max"],
+        linestyle=_LINESTYLES[style % len(_LINESTYLES)],
+        marker=_MARKERS[style % len(_MARKERS)],
+        color=kind_colour(series[RETRIEVER].iloc[0]),
+        label=name + (f" (best of {tried})" if tried > 1 else ""),
+    )
+
+
+def _reference_line(ax: Axes, series: pd.DataFrame, metric: str, retriever: str) -> None:
+    """A dashed line at the best score of the unsized trials of one retriever kind."""
+    chunkers = "/".join(sorted(series[CHUNKER].astype(str).unique()))
+    note = f", best of {len(series)}" if len(series) > 1 else ""
+    ax.axhline(
+        series[metric].max(),
+        linestyle="--",
+        linewidth=1.2,
+        color=kind_colour(retriever),
+        label=f"{chunkers} · {retriever} (no size{note})",
+    )
+
+
+def _size_axis(ax: Axes, sized: pd.DataFrame) -> None:
+    """Log scale for wide size ranges; ticks at the swept sizes when there are few."""
+    sizes = np.sort(sized["_size"].unique())
+    if sizes[-1] / max(sizes[0], 1e-9) >= 4:
+        ax.set_xscale("log")
+        ax.minorticks_off()
+    if len(sizes) <= 10:
+        ax.set_xticks(sizes, [_tick(float(s)) for s in sizes], rotation=45 if len(sizes) > 6 else 0)
+    units = sized["param.chunker.unit"].dropna().unique() if "param.chunker.unit" in sized else []
+    unit = units[0] if len(units) == 1 else "units vary by chunker" if len(units) else "units"
+    ax.set_xlabel(f"chunk size ({unit})")
+
+
+# ---------------------------------------------------------------- quality vs latency
+
+
+def pareto_front(trials: pd.DataFrame, metric: str, latency: str = TOTAL_P95) -> pd.DataFrame:
+    """The trials no other trial beats on both counts (higher ``metric``, lower ``latency``),
+    sorted by latency. Trials with equal values on both counts are all kept."""
+    ok = _usable(trials, [metric, latency], "pareto_front")
+    quality = ok[metric].to_numpy(dtype=float)
+    cost = ok[latency].to_numpy(dtype=float)
+    no_worse = (quality[None, :] >= quality[:, None]) & (cost[None, :] <= cost[:, None])
+    better = (quality[None, :] > quality[:, None]) | (cost[None, :] < cost[:, None])
+    dominated = (no_worse & better).any(axis=1)
+    front = ok[~dominated]
+    return front.sort_values([latency, metric], ascending=[True, False]).reset_index(drop=True)
+
+
+def pareto(
+    trials: pd.DataFrame,
+    metric: str,
+    latency: str = TOTAL_P95,
+    baseline: str | None = None,
+) -> Figure:
+    """Quality against latency per trial, the Pareto front connected and numbered (its labels
+    listed beside the plot), and the ``baseline`` trial id, if given, drawn as a star."""
+    ok = _usable(trials, [metric, latency], "pareto")
+    front = pareto_front(ok, metric, latency)
+    fig, ax = _new_figure(9.0, 5.5)
+    kinds = ok[RETRIEVER] if RETRIEVER in ok.columns else pd.Series("trial", index=ok.index)
+    for kind, group in ok.groupby(kinds.astype(str), sort=True):
+        ax.scatter(
+            group[latency], group[metric], s=30, alpha=0.75, color=kind_colour(kind), label=kind
+        )
+    ax.plot(
+        front[latency], front[metric], color="black", linewidth=1, drawstyle="steps-post", zorder=3
+    )
+    ax.scatter(
+        front[latency],
+        front[metric],
+        s=90,
+        facecolors="none",
+        edgecolors="black",
+        linewidths=1.5,
+        zorder=4,
+        label=f"Pareto front ({len(front)})",
+    )
+    if baseline is not None:
+        _mark_baseline(ax, ok, baseline, metric, latency)
+    key = _number_front(ax, ok, front, metric, latency)
+    _latency_axis(ax, ok[latency], latency)
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric} vs {_latency_label(latency).split(' (')[0]}: Pareto front")
+    ax.grid(alpha=0.3)
+    _legend_outside(ax)
+    ax.text(1.02, 0.0, key, transform=ax.transAxes, va="bottom", fontsize=8, family="monospace")
+    return fig
+
+
+def _mark_baseline(ax: Axes, ok: pd.DataFrame, baseline: str, metric: str, latency: str) -> None:
+    row = ok[ok["trial_id"] == baseline]
+    if row.empty:
+        raise ValueError(f"pareto: baseline {baseline!r} is not a finished trial with {metric}")
+    ax.scatter(
+        row[latency],
+        row[metric],
+        marker="*",
+        s=260,
+        color="gold",
+        edgecolors="black",
+        zorder=5,
+        label="baseline",
+    )
+
+
+def _number_front(
+    ax: Axes, ok: pd.DataFrame, front: pd.DataFrame, metric: str, latency: str
+) -> str:
+    """Number the front points on the plot; return the key (number → short label)."""
+    column = "label" if "label" in ok.columns else "trial_id"
+    names = short_labels(front[column].astype(str), among=ok[column].astype(str).tolist())
+    points = zip(front[latency], front[metric], strict=True)
+    for i, (x, y) in enumerate(points, start=1):
+        offset = _NUMBER_OFFSETS[i % len(_NUMBER_OFFSETS)]
+        ax.annotate(str(i), (x, y), xytext=offset, textcoords="offset points", weight="bold")
+    return "Pareto front\n" + "\n".join(f"{i:>2} {n}" for i, n in enumerate(names, start=1))
+
+
+def _latency_axis(ax: Axes, values: pd.Series, column: str) -> None:
+    """Log scale when latencies span more than 1.5 decades."""
+    low, high = float(values.min()), float(values.max())
+    log = low > 0 and np.log10(high / low) > 1.5
+    if log:
+        ax.set_xscale("log")
+    ax.set_xlabel(_latency_label(column) + (", log scale" if log else ""))
+
+
+# ---------------------------------------------------------------- per-query difference
+
+
+def per_query_difference(
+    per_query: pd.DataFrame,
+    trial_id: str,
+    baseline_id: str,
+    metric: str,
+    labels: Mapping[str, str] | None = None,
+) -> Figure:
+    """Sorted bars of ``metric`` per query, trial minus baseline (green: trial better, red:
+    worse, ties left empty); wins, ties, losses and the mean difference in the title."""
+    diff = _differences(per_query, trial_id, baseline_id, metric)
+    wins, losses = int((diff > 0).sum()), int((diff < 0).sum())
+    ties = len(diff) - wins - losses
+    fig, ax = _new_figure(max(8.0, min(16.0, len(diff) * 0.12)), 4.5)
+    changed = diff[diff != 0]
+    positions = np.flatnonzero(diff.to_numpy() != 0)
+    colours = [_WIN if v > 0 else _LOSS for v in changed]
+    ax.bar(positions, changed.to_numpy(), width=0.85, color=colours)
+    ax.axhline(0, color=_NEUTRAL, linewidth=0.8)
+    _query_axis(ax, diff)
+    ax.set_ylabel(f"Δ {metric} (trial − baseline)")
+    trial, base = short_labels([(labels or {}).get(t, t) for t in (trial_id, baseline_id)], 60)
+    ax.set_title(
+        f"{metric} per query: {trial}  vs  baseline {base}\n"
+        f"wins {wins} · ties {ties} · losses {losses} · mean Δ {diff.mean():+.4f}",
+        fontsize=10,
+    )
+    ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+def _differences(
+    per_query: pd.DataFrame, trial_id: str, baseline_id: str, metric: str
+) -> pd.Series:
+    """Trial minus baseline per query both have a value for, sorted descending."""
+    rows = per_query[per_query["metric"] == metric]
+    values = {}
+    for tid in (trial_id, baseline_id):
+        found = rows[rows["trial_id"] == tid].set_index("query_id")["value"].dropna()
+        if found.empty:
+            raise ValueError(f"per_query_difference: no {metric} values for trial {tid!r}")
+        values[tid] = found
+    diff = (values[trial_id] - values[baseline_id]).dropna()
+    if diff.empty:
+        raise ValueError(
+            f"per_query_difference: trials {trial_id!r} and {baseline_id!r} share no query"
+        )
+    return diff.sort_values(ascending=False, kind="stable")
+
+
+def _query_axis(ax: Axes, diff: pd.Series) -> None:
+    """Query ids as ticks when they fit, otherwise just the count."""
+    ax.set_xlim(-0.6, len(diff) - 0.4)
+    if len(diff) <= 40:
+        ax.set_xticks(range(len(diff)), diff.index.astype(str), rotation=90, fontsize=7)
+        ax.set_xlabel("query (sorted by difference)")
+    else:
+        ax.set_xticks([])
+        ax.set_xlabel(f"{len(diff)} queries, sorted by difference")
+
+
+# ---------------------------------------------------------------- metric@k curves
+
+
+def metric_at_k(
+    curves: pd.DataFrame,
+    trial_ids: Sequence[str],
+    family: str,
+    labels: Mapping[str, str] | None = None,
+) -> Figure:
+    """One line per trial: the mean of metric ``family`` (e.g. ``recall``) at each cutoff k."""
+    family = family.split("@")[0]
+    rows = curves[(curves["metric"] == family) & curves["trial_id"].isin(trial_ids)]
+    rows = rows.dropna(subset=["value"])
+    if not trial_ids:
+        raise ValueError("metric_at_k: no trial ids given")
+    missing = [t for t in trial_ids if t not in set(rows["trial_id"])]
+    if missing:
+        raise ValueError(f"metric_at_k: no {family}@k curve for trials {', '.join(missing)}")
+    fig, ax = _new_figure()
+    names = short_labels([(labels or {}).get(t, t) for t in trial_ids])
+    depth = int(rows["k"].max())
+    for i, (tid, name) in enumerate(zip(trial_ids, names, strict=True)):
+        curve = rows[rows["trial_id"] == tid].sort_values("k")
+        ax.plot(
+            curve["k"],
+            curve["value"],
+            marker=_MARKERS[i % len(_MARKERS)] if depth <= 20 else None,
+            markersize=4,
+            color=_PALETTE[i % len(_PALETTE)],
+            linestyle=_LINESTYLES[i // len(_PALETTE) % len(_LINESTYLES)],
+            label=name,
+        )
+    ax.set_xlabel("cutoff k (rank)")
+    ax.set_ylabel(f"mean {family}@k")
+    ax.set_xlim(1, depth)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title(f"{family}@k for k = 1..{depth}")
+    ax.grid(alpha=0.3)
+    _legend_outside(ax)
+    return fig
+
+
+# ---------------------------------------------------------------- parameter grids
+
+
+def swept_parameters(trials: pd.DataFrame) -> list[str]:
+    """The ``param.*`` columns that take more than one value among finished trials."""
+    ok = trials[trials["status"] == "ok"] if "status" in trials.columns else trials
+    return [
+        c for c in ok.columns if c.startswith("param.") and ok[c].dropna().astype(str).nunique() > 1
+    ]
+
+
+def heatmap(trials: pd.DataFrame, x: str, y: str, metric: str) -> Figure:
+    """``metric`` over the grid of two swept parameters, each cell annotated; where other
+    parameters vary, a cell shows the best trial with its (x, y) values."""
+    ok = _usable(trials, [x, y, metric], "heatmap")
+    for column in (x, y):
+        if ok[column].astype(str).nunique() < 2:
+            raise ValueError(f"heatmap: {column!r} takes fewer than 2 values among the trials")
+    grid = ok.pivot_table(index=y, columns=x, values=metric, aggfunc="max")
+    counts = ok.groupby([y, x]).size()
+    fig, ax = _new_figure(max(5.0, 1.1 * grid.shape[1] + 3), max(4.0, 0.6 * grid.shape[0] + 2))
+    image = ax.imshow(grid.to_numpy(dtype=float), cmap="viridis", origin="lower", aspect="auto")
+    _annotate_cells(ax, grid, image)
+    ax.set_xticks(range(grid.shape[1]), [_tick(v) for v in grid.columns])
+    ax.set_yticks(range(grid.shape[0]), [_tick(v) for v in grid.index])
+    if max(len(_tick(v)) for v in grid.columns) * grid.shape[1] > 60:
+        ax.tick_params(axis="x", labelrotation=45)
+    ax.set_xlabel(_param_name(x))
+    ax.set_ylabel(_param_name(y))
+    note = "\n(max over the other parameters)" if counts.max() > 1 else ""
+    ax.set_title(f"{metric} by {_param_name(x)} × {_param_name(y)}{note}")
+    fig.colorbar(image, ax=ax, label=metric)
+    return fig
+
+
+def _annotate_cells(ax: Axes, grid: pd.DataFrame, image: mpl.image.AxesImage) -> None:
+    """Write each cell's value, dark on light cells and light on dark ones."""
+    values = grid.to_numpy(dtype=float)
+    for row, col in np.argwhere(~np.isnan(values)):
+        value = values[row, col]
+        red, green, blue, _ = image.cmap(image.norm(value))
+        light = 0.299 * red + 0.587 * green + 0.114 * blue > 0.5
+        ax.text(
+            col, row, f"{value:.3f}", ha="center", va="center", color="black" if light else "white"
+        )

@@ -1,0 +1,310 @@
+"""A comparison report of one run: which configuration wins, by how much, whether the
+difference is real, and what it costs in latency.
+
+``Report.from_run(run_dir)`` reads the run directory contract only (DESIGN section 7), tests
+every trial against the baseline per metric (paired test, multiple-comparison correction,
+bootstrap confidence intervals), and renders to a DataFrame, Markdown, LaTeX, CSV, PNG plots
+and one self-contained HTML file.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+
+from ragbench.evaluate.significance import compare_all
+from ragbench.experiment.store import RunStore
+from ragbench.report import plots
+from ragbench.report.drilldown import drilldown
+from ragbench.report.tables import latency_stages, markdown_table
+
+__all__ = ["Report"]
+
+log = logging.getLogger(__name__)
+
+Test = Literal["t", "wilcoxon", "permutation"]
+Correction = Literal["holm", "bonferroni", "bh", "none"]
+
+
+def _resolve(trials: pd.DataFrame, wanted: str | None) -> str:
+    """A trial id from an id, an exact label, or text a label contains (first in run order)."""
+    if wanted is None:
+        return str(trials["trial_id"].iloc[0])
+    for match in (
+        trials["trial_id"] == wanted,
+        trials["label"] == wanted,
+        trials["label"].str.lower().str.contains(wanted.lower(), regex=False),
+    ):
+        if match.any():
+            return str(trials.loc[match, "trial_id"].iloc[0])
+    raise ValueError(f"baseline {wanted!r} matches no trial (labels: {list(trials['label'])[:8]})")
+
+
+@dataclass
+class Report:
+    """Significance-tested comparison of the trials of a run against a baseline."""
+
+    run_dir: Path
+    baseline: str
+    metric: str
+    test: Test = "permutation"
+    correction: Correction = "holm"
+    alpha: float = 0.05
+    n_resamples: int = 10_000
+    store: RunStore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.store = RunStore(self.run_dir)
+
+    @classmethod
+    def from_run(
+        cls,
+        run_dir: Path | str,
+        baseline: str | None = None,
+        metric: str | None = None,
+        **options: Any,
+    ) -> Report:
+        """Report on ``run_dir``; the baseline defaults to the config's, else the first trial."""
+        store = RunStore(run_dir)
+        manifest = store.manifest()
+        trials = store.trials()
+        ok = trials[trials["status"] == "ok"] if not trials.empty else trials
+        if ok.empty:
+            raise ValueError(f"{run_dir}: no finished trial to report on")
+        metrics = list(manifest["config"]["evaluation"]["metrics"])
+        if metric is not None and metric not in metrics:
+            raise ValueError(f"--metric {metric!r}: the run evaluated {', '.join(metrics)}")
+        chosen = _resolve(ok, baseline or manifest["config"].get("baseline"))
+        return cls(Path(run_dir), chosen, metric or metrics[0], **options)
+
+    # ------------------------------------------------------------ data
+
+    @cached_property
+    def manifest(self) -> dict[str, Any]:
+        """``manifest.json``."""
+        return self.store.manifest()
+
+    @cached_property
+    def metrics(self) -> list[str]:
+        """Evaluated metrics, the primary one first."""
+        listed = list(self.manifest["config"]["evaluation"]["metrics"])
+        return [self.metric, *(m for m in listed if m != self.metric)]
+
+    @cached_property
+    def trials(self) -> pd.DataFrame:
+        """Finished trials."""
+        trials = self.store.trials()
+        return trials[trials["status"] == "ok"].reset_index(drop=True)
+
+    @cached_property
+    def failed(self) -> pd.DataFrame:
+        """Trials that failed, with their errors."""
+        trials = self.store.trials()
+        return trials[trials["status"] != "ok"][["trial_id", "label", "error"]]
+
+    @cached_property
+    def stats(self) -> pd.DataFrame:
+        """Per (metric, trial): mean, CI, delta, p, corrected p, effect size, wins/ties/losses."""
+        per_query = self.store.per_query()
+        per_query = per_query[per_query["trial_id"].isin(self.trials["trial_id"])]
+        return compare_all(
+            per_query,
+            self.baseline,
+            self.metrics,
+            test=self.test,
+            correction=self.correction,
+            alpha=self.alpha,
+            n_resamples=self.n_resamples,
+        )
+
+    @property
+    def best(self) -> str:
+        """Trial id with the highest mean of the primary metric."""
+        return str(self.trials.loc[self.trials[self.metric].idxmax(), "trial_id"])
+
+    def label(self, trial_id: str) -> str:
+        """The readable label of a trial."""
+        return str(self.trials.set_index("trial_id").loc[trial_id, "label"])
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per trial (sorted by the primary metric): label, per metric mean, CI, delta,
+        corrected p and significance, then p50/p95 latency per stage and index build time."""
+        stats = self.stats
+        frame = self.trials.set_index("trial_id")[["label"]].copy()
+        for metric in self.metrics:
+            part = stats.loc[metric]
+            frame[metric] = part["mean"]
+            frame[f"{metric} ci_low"] = part["ci_low"]
+            frame[f"{metric} ci_high"] = part["ci_high"]
+            frame[f"{metric} delta"] = part["delta"]
+            frame[f"{metric} p_adj"] = part["p_adjusted"]
+            frame[f"{metric} sig"] = part["significant"].fillna(False).astype(bool)
+        for stage in latency_stages(self.trials):
+            for q in ("p50", "p95"):
+                frame[f"{stage} {q} ms"] = self.trials.set_index("trial_id")[
+                    f"latency.{stage}.{q}_ms"
+                ]
+        frame["index_build_s"] = self.trials.set_index("trial_id")["index_build_s"]
+        return frame.sort_values(self.metric, ascending=False)
+
+    # ------------------------------------------------------------ display tables
+
+    def _mark(self, row: pd.Series, metric: str) -> str:
+        if row.name == self.baseline:
+            return " (base)"
+        if not row[f"{metric} sig"]:
+            return ""
+        return " ▲" if row[f"{metric} delta"] > 0 else " ▼"
+
+    def display_table(self, stages: bool = False) -> pd.DataFrame:
+        """Strings for people: ``mean ± half-CI`` with ▲/▼ marks, latency, build time."""
+        frame = self.to_dataframe()
+        out = pd.DataFrame(index=frame.index)
+        out["trial"] = frame["label"]
+        for metric in self.metrics:
+            half = (frame[f"{metric} ci_high"] - frame[f"{metric} ci_low"]) / 2
+            out[metric] = [
+                f"{m:.4f} ± {h:.4f}{self._mark(row, metric)}"
+                for m, h, (_, row) in zip(frame[metric], half, frame.iterrows(), strict=True)
+            ]
+        for stage in latency_stages(self.trials) if stages else ["total"]:
+            out[f"{stage} p50/p95 ms"] = [
+                f"{a:.1f} / {b:.1f}" if a == a else "–"
+                for a, b in zip(frame[f"{stage} p50 ms"], frame[f"{stage} p95 ms"], strict=True)
+            ]
+        out["index build s"] = frame["index_build_s"].map(lambda v: f"{v:.1f}")
+        return out
+
+    def to_markdown(self) -> str:
+        """The trial table as Markdown (marks: ▲/▼ significantly better/worse than baseline)."""
+        return markdown_table(self.display_table(stages=True), index=False)
+
+    def to_latex(self) -> str:
+        """The trial table as a LaTeX tabular (booktabs)."""
+        table = self.display_table()
+        columns = list(table.columns)
+        escape = _latex
+        lines = [
+            r"\begin{tabular}{l" + "r" * (len(columns) - 1) + "}",
+            r"\toprule",
+            " & ".join(escape(c) for c in columns) + r" \\",
+            r"\midrule",
+            *(" & ".join(escape(v) for v in row) + r" \\" for row in table.itertuples(index=False)),
+            r"\bottomrule",
+            r"\end{tabular}",
+        ]
+        return "\n".join(lines) + "\n"
+
+    def to_csv(self, path: Path | str) -> Path:
+        """The numeric table (``to_dataframe``) as CSV."""
+        self.to_dataframe().to_csv(path)
+        return Path(path)
+
+    def drilldown(self, other: str | None = None, n: int = 10) -> pd.DataFrame:
+        """Queries where ``other`` (default: the best trial) and the baseline differ most."""
+        return drilldown(self.run_dir, self.baseline, other or self.best, self.metric, n=n)
+
+    # ------------------------------------------------------------ figures
+
+    def figures(self) -> dict[str, Any]:
+        """Every plot that applies to this run (name → matplotlib Figure)."""
+        makers: list[tuple[str, Callable[[], Any]]] = [
+            ("pareto", lambda: plots.pareto(self.trials, self.metric, baseline=self.baseline)),
+            ("chunk_size", lambda: plots.metric_vs_chunk_size(self.trials, self.metric)),
+            (
+                "per_query",
+                lambda: plots.per_query_difference(
+                    self.store.per_query(),
+                    self.best,
+                    self.baseline,
+                    self.metric,
+                    labels=dict(zip(self.trials["trial_id"], self.trials["label"], strict=True)),
+                ),
+            ),
+            (
+                "at_k",
+                lambda: plots.metric_at_k(
+                    self.store.curves(),
+                    list(self.to_dataframe().index[:5]),
+                    self.metric.split("@")[0],
+                    labels=dict(zip(self.trials["trial_id"], self.trials["label"], strict=True)),
+                ),
+            ),
+        ]
+        swept = [
+            p
+            for p in plots.swept_parameters(self.trials)
+            if pd.api.types.is_numeric_dtype(self.trials[p])
+        ]
+        for i, x in enumerate(swept):
+            for y in swept[i + 1 :]:
+                makers.append(
+                    (
+                        f"heatmap_{x}_{y}".replace("param.", ""),
+                        lambda x=x, y=y: plots.heatmap(self.trials, x, y, self.metric),
+                    )
+                )
+        out = {}
+        for name, make in makers:
+            try:
+                out[name] = make()
+            except ValueError as exc:  # the plot does not apply to this run
+                log.info("skipping plot %s: %s", name, exc)
+        return out
+
+    # ------------------------------------------------------------ output
+
+    def write(
+        self, formats: Sequence[str] = ("html", "md"), out: Path | str | None = None
+    ) -> dict[str, Path]:
+        """Write ``report.html`` / ``report.md`` (+ ``plots/*.png``) / ``report.tex`` into the
+        run directory (or ``out``); returns the paths written by format."""
+        from ragbench.report.html import render_html
+        from ragbench.report.markdown import render_markdown
+
+        folder = Path(out) if out is not None else self.run_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        images = {name: plots.png(fig) for name, fig in self.figures().items()}
+        written: dict[str, Path] = {}
+        if "md" in formats:
+            (folder / "plots").mkdir(exist_ok=True)
+            for name, data in images.items():
+                (folder / "plots" / f"{name}.png").write_bytes(data)
+            written["md"] = folder / "report.md"
+            written["md"].write_text(render_markdown(self, list(images)), encoding="utf-8")
+        if "html" in formats:
+            written["html"] = folder / "report.html"
+            written["html"].write_text(render_html(self, images), encoding="utf-8")
+        if "latex" in formats:
+            written["latex"] = folder / "report.tex"
+            written["latex"].write_text(self.to_latex(), encoding="utf-8")
+        return written
+
+    def _repr_html_(self) -> str:
+        table = self.display_table().to_html(index=False, escape=True)
+        base = self.label(self.baseline)
+        return f"<p><b>{self.metric}</b> vs baseline <code>{base}</code></p>{table}"
+
+
+_LATEX = {
+    "\\": r"\textbackslash{}",
+    "_": r"\_",
+    "&": r"\&",
+    "%": r"\%",
+    "#": r"\#",
+    "±": r"$\pm$",
+    "▲": r"$\blacktriangle$",
+    "▼": r"$\blacktriangledown$",
+    "|": r"$|$",
+}
+
+
+def _latex(value: object) -> str:
+    """Text safe inside a LaTeX table cell."""
+    return "".join(_LATEX.get(ch, ch) for ch in str(value))

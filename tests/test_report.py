@@ -1,0 +1,163 @@
+"""Reports: significance-tested tables, exports, drill-down, HTML in headless Chromium, compare."""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ragbench.cli import main
+from ragbench.evaluate.significance import compare
+from ragbench.experiment.runner import run
+from ragbench.report.compare import compare_runs
+from ragbench.report.report import Report
+from tests.paths import DEMO, REPO, require
+
+ARTIFACTS = REPO / "test-artifacts"
+
+
+def _config(name: str = "rep", depth: int = 20, metrics: tuple = ("ndcg@10", "recall@20")) -> dict:
+    return {
+        "name": name,
+        "dataset": {"path": str(require(DEMO))},
+        "evaluation": {"metrics": list(metrics), "depth": depth},
+        "baseline": "bm25(k1=0.9, b=0.4) | recursive(size=300)",
+        "sweep": {
+            "chunker": [{"kind": "recursive", "size": [300, 900]}],
+            "embedder": [{"kind": "hashing"}],
+            "retriever": [
+                {"kind": "bm25", "k1": [0.9, 1.5], "b": [0.4, 0.9]},
+                {"kind": "hybrid", "fusion": {"kind": "rrf", "k": 10}},
+            ],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("report")
+    return run(_config(), root / "run", cache_root=root / "cache", progress=False).path
+
+
+def test_table_statistics_and_exports(run_dir: Path, tmp_path: Path) -> None:
+    report = Report.from_run(run_dir)
+    assert report.label(report.baseline) == "bm25(k1=0.9, b=0.4) | recursive(size=300)"
+    frame = report.to_dataframe()
+    assert len(frame) == 10 and frame["ndcg@10"].is_monotonic_decreasing
+    expected = compare(report.store.per_query(), report.baseline, "ndcg@10")
+    for trial_id, row in frame.iterrows():
+        assert row["ndcg@10"] == pytest.approx(expected.loc[trial_id, "mean"])
+        assert row["ndcg@10 ci_low"] <= row["ndcg@10"] <= row["ndcg@10 ci_high"]
+        assert row["ndcg@10 p_adj"] == pytest.approx(
+            expected.loc[trial_id, "p_adjusted"], nan_ok=True
+        )
+    shown = report.display_table()
+    assert shown.loc[report.baseline, "ndcg@10"].endswith("(base)")
+    marked = shown["ndcg@10"].str.contains("▲|▼")
+    assert marked.sum() == frame["ndcg@10 sig"].sum()
+    markdown = report.to_markdown()
+    assert markdown.count("\n") == len(frame) + 1 and "| trial |" in markdown
+    latex = report.to_latex()
+    assert latex.startswith(r"\begin{tabular}") and latex.count(r"\\") == len(frame) + 1
+    assert r"\_" not in latex.split(r"\midrule")[0] or "index build s" in latex
+    csv = pd.read_csv(report.to_csv(tmp_path / "t.csv"), index_col=0)
+    assert list(csv.index) == list(frame.index)
+
+
+def test_drilldown_lists_the_largest_differences(run_dir: Path) -> None:
+    report = Report.from_run(run_dir)
+    drill = report.drilldown(n=5)
+    assert len(drill) == 5
+    deltas = drill["delta"].abs().tolist()
+    assert deltas == sorted(deltas, reverse=True) and all(d > 0 for d in deltas)
+    first = drill.iloc[0]
+    assert first["query"] and first["gold"]["evidence"] and first["top_a"] and first["top_b"]
+    assert first["top_a"][0]["rank"] == 1
+
+
+def test_write_html_markdown_and_plots(run_dir: Path, tmp_path: Path) -> None:
+    paths = Report.from_run(run_dir).write(("html", "md", "latex"), out=tmp_path)
+    page = paths["html"].read_text()
+    images = re.findall(r"<img src='([^']+)'", page)
+    assert len(images) >= 4 and all(src.startswith("data:image/png;base64,") for src in images)
+    assert not re.search(r"""(src|href)=["']https?://""", page)  # self-contained
+    for needle in (
+        "<table class='trials'>",
+        "Drill-down",
+        "Environment",
+        "Config",
+        "dataset fingerprint",
+    ):
+        assert needle in page
+    md = paths["md"].read_text()
+    pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
+    assert pngs and all(f"plots/{name}" in md for name in pngs)
+    assert any(name.startswith("heatmap_retriever.k1_retriever.b") for name in pngs)
+    assert paths["latex"].read_text().startswith(r"\begin{tabular}")
+
+
+def test_html_report_renders_in_headless_chromium(run_dir: Path, tmp_path: Path) -> None:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed (.ci/run installs it)")
+    page = Report.from_run(run_dir).write(("html",), out=tmp_path)["html"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=5000",
+    ]
+    dom = subprocess.run(
+        [chromium, *flags, "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    total = int(re.search(r'data-images="(\d+)"', dom).group(1))  # type: ignore[union-attr]
+    loaded = int(re.search(r'data-images-loaded="(\d+)"', dom).group(1))  # type: ignore[union-attr]
+    assert total >= 4 and loaded == total
+    assert dom.count("<table") >= 3 and "trials" in dom
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "report.png"
+    subprocess.run(
+        [chromium, *flags, "--window-size=1300,3000", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compare_warns_when_runs_differ(run_dir: Path, tmp_path: Path) -> None:
+    other = run(
+        _config("other", depth=10, metrics=("ndcg@5", "recall@10")),
+        tmp_path / "o",
+        cache_root=tmp_path / "c",
+        progress=False,
+    ).path
+    table, warnings = compare_runs([run_dir, run_dir])
+    assert warnings == [] and len(table) == 10  # the same run named twice counts once
+    table, warnings = compare_runs([run_dir, other], metric="ndcg@10")
+    text = " ".join(warnings)
+    assert "differ in depth" in text and "ndcg at different cutoffs" in text
+    assert set(table["run"]) == {"rep"}  # the other run has no ndcg@10
+
+
+def test_cli_report_and_compare(run_dir: Path, tmp_path: Path, capsys) -> None:
+    assert main(["report", str(run_dir), "--format", "md", "--baseline", "hybrid"]) == 0
+    out = capsys.readouterr().out
+    assert "report.md" in out and "(base)" in out
+    assert main(["report", str(tmp_path)]) == 2
+    assert "not a ragbench run directory" in capsys.readouterr().err
+    assert main(["report", str(run_dir), "--baseline", "no-such-trial"]) == 2
+    assert main(["report", str(run_dir), "--metric", "map"]) == 2
+    assert main(["compare", str(run_dir), str(run_dir)]) == 0
+    assert "rep" in capsys.readouterr().out
