@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ragbench.errors import ConfigError
 from ragbench.evaluate.metrics import parse_metrics
@@ -66,6 +73,10 @@ class EvaluationSpec(_Strict):
     ``depth`` is the ranking depth at the evaluated level; ``chunk_depth`` is how many chunks
     are retrieved per query (default: ``depth``, or ``3 * depth`` for document-level evaluation
     of chunked corpora so that ``recall@depth`` still sees ``depth`` documents).
+
+    Honest selection: with ``select_on`` the sweep runs on that split and the best trial per
+    metric is then scored once on ``report_on``; with ``folds`` instead, each query is scored by
+    the trial chosen on the other folds (k-fold cross-validation over the sweep split).
     """
 
     level: Literal["document", "chunk", "span"] = "document"
@@ -74,6 +85,23 @@ class EvaluationSpec(_Strict):
     chunk_depth: int | None = Field(None, gt=0)
     relevance_level: int = Field(1, ge=1)
     min_overlap: float = Field(0.0, ge=0, le=1)
+    select_on: str | None = None
+    report_on: str | None = None
+    folds: int | None = Field(None, ge=2)
+    fold_seed: int = 0
+
+    @model_validator(mode="after")
+    def _selection(self) -> EvaluationSpec:
+        if self.report_on is not None and self.folds is not None:
+            raise ValueError("use either report_on (a second split) or folds, not both")
+        if self.report_on is not None and self.report_on == self.select_on:
+            raise ValueError(f"report_on must differ from select_on (both {self.report_on!r})")
+        return self
+
+    @property
+    def selects(self) -> bool:
+        """Whether the run ends with an honest selection (two splits or k folds)."""
+        return self.report_on is not None or self.folds is not None
 
     @field_validator("metrics")
     @classmethod
@@ -115,6 +143,11 @@ class ExperimentConfig(_Strict):
         if unknown:
             raise ValueError(f"unknown stage {unknown[0]!r}; allowed: {', '.join(STAGES)}")
         return {k: v if isinstance(v, list) else [v] for k, v in value.items()}
+
+    @property
+    def sweep_split(self) -> str:
+        """The split the sweep runs on: ``evaluation.select_on``, else ``dataset.split``."""
+        return self.evaluation.select_on or self.dataset.split
 
     def dataset_path(self) -> str:
         """The dataset path resolved against the config file's folder; a bare name that is

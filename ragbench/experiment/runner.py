@@ -62,11 +62,13 @@ class RunSpec:
     config: ExperimentConfig
     limit_queries: int | None = None
     cache_root: str = ""
+    split: str | None = None
 
     @property
     def digest(self) -> str:
         """Identity of the spec, for per-process contexts."""
         payload = self.config.model_dump_json() + f"|{self.limit_queries}|{self.cache_root}"
+        payload += f"|{self.split}"
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -77,7 +79,9 @@ class Context:
         config = spec.config
         self.spec = spec
         self.labeled: LabeledSet = load_dataset(
-            config.dataset_path(), format=config.dataset.format, split=config.dataset.split
+            config.dataset_path(),
+            format=config.dataset.format,
+            split=spec.split or config.sweep_split,
         )
         ids = set(relevant_query_ids(self.labeled.qrels, config.evaluation.relevance_level))
         needs_spans = config.evaluation.level in {"chunk", "span"} or any(
@@ -120,12 +124,14 @@ class Context:
 
 
 _CONTEXTS: dict[str, Context] = {}
+_KEEP_CONTEXTS = 2  # a run's sweep split and its report split
 
 
 def context(spec: RunSpec) -> Context:
-    """The process-wide context of ``spec`` (built once per process)."""
+    """The process-wide context of ``spec`` (built once per process, the last two kept)."""
     if spec.digest not in _CONTEXTS:
-        _CONTEXTS.clear()
+        while len(_CONTEXTS) >= _KEEP_CONTEXTS:
+            _CONTEXTS.pop(next(iter(_CONTEXTS)))
         _CONTEXTS[spec.digest] = Context(spec)
     return _CONTEXTS[spec.digest]
 
@@ -505,7 +511,7 @@ def run(
             )
         _compatible(store.manifest(), manifest, store.path)
     elif store.exists():
-        for name in ("trials.parquet", "per_query.parquet", "curves.parquet"):
+        for name in ("trials.parquet", "per_query.parquet", "curves.parquet", "selection.json"):
             (store.path / name).unlink(missing_ok=True)
     store.write_manifest(manifest)
     store.write_queries(_queries_frame(ctx))
@@ -529,6 +535,10 @@ def run(
         if on_trial is not None:
             on_trial(result)
     bar.close()
+    if cfg.evaluation.selects:
+        from ragbench.experiment.selection import select
+
+        manifest["selection"] = select(spec, trials, store)
     manifest["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
     manifest["seconds"] = time.perf_counter() - started
     store.write_manifest(manifest)

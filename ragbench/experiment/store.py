@@ -8,6 +8,7 @@
 <out>/queries.parquet      query_id, text, judged documents and evidence (for drill-downs)
 <out>/runs/<trial>.trec    the trial's ranking at the evaluated level (trec_eval format)
 <out>/runs/<trial>.top.parquet   top chunks per query with text excerpts
+<out>/selection.json, selection_per_query.parquet   honest selection (when configured)
 ```
 A trial is committed by atomic writes — run files, then ``per_query.parquet`` and
 ``curves.parquet``, then ``trials.parquet`` — and counts as finished only once its row is in
@@ -144,6 +145,19 @@ class RunStore:
     def write_queries(self, frame: pd.DataFrame) -> None:
         """``queries.parquet``: the evaluated queries with their judgements and evidence."""
         _atomic_parquet(frame, self.path / "queries.parquet")
+
+    def write_selection(self, summary: Mapping[str, Any], per_query: pd.DataFrame) -> None:
+        """``selection.json`` and ``selection_per_query.parquet`` (see experiment.selection)."""
+        _atomic_parquet(per_query, self.path / "selection_per_query.parquet")
+        _atomic_text(json.dumps(summary, indent=2) + "\n", self.path / "selection.json")
+
+    def selection(self) -> tuple[dict[str, Any], pd.DataFrame] | None:
+        """The selection summary and its per-query values, when the run made one."""
+        path = self.path / "selection.json"
+        if not path.is_file():
+            return None
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        return summary, pd.read_parquet(self.path / "selection_per_query.parquet")
 
     def trials(self) -> pd.DataFrame:
         """Finished trials (empty frame when none)."""

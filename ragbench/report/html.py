@@ -97,6 +97,14 @@ def _trial_table(report: Report, stages: bool) -> str:
     return f"<table class='trials'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _selection(report: Report) -> str:
+    table = report.selection_table()
+    if table is None:
+        return ""
+    body = table.to_html(index=False, float_format=lambda v: f"{v:.4f}", border=0)
+    return f"<h2>Honest selection</h2><p class='meta'>{_e(report.selection_note())}</p>{body}"
+
+
 def _figures(images: dict[str, bytes]) -> str:
     parts = []
     for name, data in images.items():
@@ -202,6 +210,7 @@ lowest p95).</p>
 {_trial_table(report, stages=False)}
 <h3>Latency by stage (ms per query, p50 / p95)</h3>
 {_trial_table(report, stages=True)}
+{_selection(report)}
 <h2>Plots</h2>{_figures(images)}
 <h2>Drill-down</h2>{_drilldown(report)}
 {failed}

@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from ragbench.report.tables import markdown_table
+
 if TYPE_CHECKING:
     from ragbench.report.report import Report
 
@@ -57,6 +59,16 @@ def render_markdown(report: Report, images: list[str]) -> str:
         report.to_markdown(),
         "",
     ]
+    selection = report.selection_table()
+    if selection is not None:
+        lines += [
+            "## Honest selection",
+            "",
+            report.selection_note(),
+            "",
+            markdown_table(selection, index=False),
+            "",
+        ]
     if images:
         lines += ["## Plots", ""] + [f"![{name}](plots/{name}.png)" for name in images] + [""]
     drill = report.drilldown(n=5) if report.best != report.baseline else None

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from ragbench.evaluate.significance import compare_all
+from ragbench.evaluate.significance import compare, compare_all
 from ragbench.experiment.store import RunStore
 from ragbench.report import plots
 from ragbench.report.drilldown import drilldown
@@ -205,6 +205,65 @@ class Report:
         """The numeric table (``to_dataframe``) as CSV."""
         self.to_dataframe().to_csv(path)
         return Path(path)
+
+    def selection_table(self) -> pd.DataFrame | None:
+        """The honest-selection result: per metric the chosen trial, its score where it was
+        selected and where it is reported, the baseline there, the paired test and a CI."""
+        found = self.store.selection()
+        if found is None:
+            return None
+        summary, per_query = found
+        rows = []
+        for metric, chosen in summary["chosen"].items():
+            values = per_query[per_query["metric"] == metric]
+            trial = "cv" if summary["mode"] == "folds" else chosen["trial_id"]
+            if summary["mode"] == "folds":
+                base = self.store.per_query()
+                base = base[base["metric"] == metric]
+                values = pd.concat([values, base[base["trial_id"] == summary["baseline"]]])
+            row = {"metric": metric}
+            if summary["mode"] == "folds":
+                row |= {
+                    "chosen": "; ".join(sorted(set(chosen["labels"]))),
+                    "in-sample best": chosen["best_in_sample"],
+                    "cross-validated": chosen["cross_validated"],
+                }
+            else:
+                row |= {
+                    "chosen": chosen["label"],
+                    f"on {summary['select_on']}": chosen["selected"],
+                    f"on {summary['report_on']}": chosen["reported"],
+                }
+            if summary["baseline"] and summary["baseline"] != trial:
+                stats = compare(values, summary["baseline"], metric, n_resamples=self.n_resamples)
+                own = stats.loc[trial]
+                row |= {
+                    "baseline": stats.loc[summary["baseline"], "mean"],
+                    "delta": own["delta"],
+                    "p": own["p_value"],
+                    "ci_low": own["ci_low"],
+                    "ci_high": own["ci_high"],
+                }
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def selection_note(self) -> str:
+        """One sentence saying how the selection was made."""
+        found = self.store.selection()
+        if found is None:
+            return ""
+        summary = found[0]
+        if summary["mode"] == "folds":
+            return (
+                f"Selected by {summary['folds']}-fold cross-validation over the "
+                f"{summary['report_queries']} queries of split {summary['split']!r}: each "
+                "query is scored by the trial that was best on the other folds."
+            )
+        return (
+            f"Selected on split {summary['select_on']!r}, then evaluated once on split "
+            f"{summary['report_on']!r} ({summary['report_queries']} queries); p is a paired "
+            "permutation test against the baseline on those queries, CI a 95% bootstrap."
+        )
 
     def drilldown(self, other: str | None = None, n: int = 10) -> pd.DataFrame:
         """Queries where ``other`` (default: the best trial) and the baseline differ most."""
