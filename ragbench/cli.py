@@ -173,7 +173,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from ragbench.report.report import Report
     from ragbench.report.tables import trial_table
 
-    config = load_config(args.config)
+    config = load_config(args.config, args.set or ())
     if args.dataset:
         given = Path(args.dataset)
         path = str(given.resolve()) if given.exists() else args.dataset
@@ -270,6 +270,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--scheduler", help="dask scheduler address (default: a LocalCluster)")
     run.add_argument("--limit-queries", type=int, help="evaluate only the first N queries")
     run.add_argument("--dataset", help="dataset path or name, replacing the config's")
+    run.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set sweep.reranker[1].model=/models/ce",
+    )
     run.add_argument("--dry-run", action="store_true", help="list trials and cached artifacts")
     run.add_argument("--no-report", action="store_true", help="skip the HTML/Markdown report")
     run.set_defaults(func=_cmd_run)

@@ -164,3 +164,24 @@ def test_dataset_paths_resolve_against_the_config_folder(tmp_path: Path) -> None
     assert Path(load_config(path).dataset_path()) == tmp_path / "exp" / ".." / "data"
     named = load_config({**BASE, "sweep": {"retriever": [{"kind": "bm25"}]}})
     assert named.dataset_path() == "demo"
+
+
+def test_overrides_set_values_by_key_path(tmp_path: Path) -> None:
+    import yaml
+
+    path = tmp_path / "e.yaml"
+    path.write_text(
+        yaml.safe_dump(_config({"retriever": [{"kind": "bm25"}], "reranker": [{"kind": "none"}]})),
+        encoding="utf-8",
+    )
+    config = load_config(
+        path, ["evaluation.depth=7", "sweep.retriever[0].k1=[0.5, 0.9]", "search.seed=3"]
+    )
+    assert config.evaluation.depth == 7 and config.search.seed == 3
+    assert [t.retriever.k1 for t in expand(config)] == [0.5, 0.9]
+    with pytest.raises(ConfigError, match="expected KEY.PATH=VALUE"):
+        load_config(path, ["evaluation.depth"])
+    with pytest.raises(ConfigError, match=r"no item \[4\] there"):
+        load_config(path, ["sweep.retriever[4].k1=1"])
+    with pytest.raises(ConfigError, match=r"evaluation\.depth: Input should be greater than 0"):
+        load_config(path, ["evaluation.depth=0"])

@@ -15,6 +15,7 @@ import hashlib
 import itertools
 import json
 import random
+import re
 import types
 import typing
 from collections.abc import Iterator, Mapping, Sequence
@@ -158,8 +159,42 @@ class ExperimentConfig(_Strict):
         return self.dataset.path
 
 
-def load_config(source: str | Path | Mapping[str, Any]) -> ExperimentConfig:
-    """Read and validate a config (a YAML file or a mapping); errors name file and key path."""
+_STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    """Set one ``key.path[i].option=value`` (value parsed as YAML) in a raw config mapping."""
+    path, sep, raw = assignment.partition("=")
+    steps = [(k, int(i) if i else None) for k, i in _STEP.findall(path.strip())]
+    if not sep or not steps:
+        raise ConfigError(
+            f"--set {assignment!r}: expected KEY.PATH=VALUE, e.g. evaluation.depth=50"
+        )
+    value = yaml.safe_load(raw) if raw.strip() else ""
+    node: Any = data
+    for n, (key, index) in enumerate(steps):
+        last = n == len(steps) - 1
+        if key:
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {path}: {key!r} is not inside a mapping")
+            if last:
+                node[key] = value
+                return
+            node = node.setdefault(key, {} if steps[n + 1][0] else [])
+        else:
+            if not isinstance(node, list) or index >= len(node):  # type: ignore[operator]
+                raise ConfigError(f"--set {path}: no item [{index}] there")
+            if last:
+                node[index] = value  # type: ignore[index]
+                return
+            node = node[index]  # type: ignore[index]
+
+
+def load_config(
+    source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()
+) -> ExperimentConfig:
+    """Read and validate a config (a YAML file or a mapping), after ``overrides``
+    (``key.path=value``); errors name the file and the key path."""
     where = ""
     if isinstance(source, Mapping):
         data, base = dict(source), Path(".")
@@ -180,6 +215,8 @@ def load_config(source: str | Path | Mapping[str, Any]) -> ExperimentConfig:
             raise ConfigError(f"{path}: expected a mapping at the top level")
         base = path.resolve().parent
     data.setdefault("base_dir", str(base))
+    for assignment in overrides:
+        apply_override(data, assignment)
     try:
         config = ExperimentConfig.model_validate(data)
     except ValidationError as exc:
