@@ -179,7 +179,7 @@ def test_overrides_set_values_by_key_path(tmp_path: Path) -> None:
     )
     assert config.evaluation.depth == 7 and config.search.seed == 3
     assert [t.retriever.k1 for t in expand(config)] == [0.5, 0.9]
-    with pytest.raises(ConfigError, match="expected KEY.PATH=VALUE"):
+    with pytest.raises(ConfigError, match=r"expected KEY\.PATH=VALUE"):
         load_config(path, ["evaluation.depth"])
     with pytest.raises(ConfigError, match=r"no item \[4\] there"):
         load_config(path, ["sweep.retriever[4].k1=1"])
