@@ -7,8 +7,7 @@ imported lazily, so ``import ragbench.data.labeled`` stays cheap.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ragbench.lazy import lazy_exports
 
 _EXPORTS = {
     "Evidence": "ragbench.data.labeled",
@@ -40,13 +39,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'ragbench.data' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
@@ -274,23 +274,31 @@ def _first_k(retriever: ComponentConfig, first: int) -> int:
 
 def _evaluate(ctx: Context, ranking: Ranking, table: ChunkTable, result: TrialResult) -> None:
     evaluation = ctx.spec.config.evaluation
-    result.per_query = evaluate_chunks(
-        ranking,
-        ctx.query_ids,
-        table,
-        ctx.labeled,
-        evaluation.metrics,
-        level=evaluation.level,
-        relevance_level=evaluation.relevance_level,
-        min_overlap=evaluation.min_overlap,
-        depth=evaluation.depth,
-    )
+    result.per_query = _score(ctx, ranking, table, evaluation.metrics)
     result.curves = _curves(ctx, ranking, table)
     if evaluation.level == "document":
         result.ranking = document_ranking(ranking, table).head(evaluation.depth)
     else:
         result.ranking = ranking.head(evaluation.depth)
     result.top = _top_chunks(ctx, ranking, table)
+
+
+def _score(
+    ctx: Context, ranking: Ranking, table: ChunkTable, metrics: Sequence[str]
+) -> dict[str, np.ndarray]:
+    """Per-query values of ``metrics`` with the run's evaluation settings."""
+    evaluation = ctx.spec.config.evaluation
+    return evaluate_chunks(
+        ranking,
+        ctx.query_ids,
+        table,
+        ctx.labeled,
+        metrics,
+        level=evaluation.level,
+        relevance_level=evaluation.relevance_level,
+        min_overlap=evaluation.min_overlap,
+        depth=evaluation.depth,
+    )
 
 
 _SPAN_CURVE_DEPTH = 20  # span metrics walk intervals per query: their curves stop here
@@ -307,17 +315,7 @@ def _curves(ctx: Context, ranking: Ranking, table: ChunkTable) -> dict[str, np.n
     if not families:
         return {}
     names = [f"{family}@{k}" for family, depth in families.items() for k in range(1, depth + 1)]
-    values = evaluate_chunks(
-        ranking,
-        ctx.query_ids,
-        table,
-        ctx.labeled,
-        names,
-        level=evaluation.level,
-        relevance_level=evaluation.relevance_level,
-        min_overlap=evaluation.min_overlap,
-        depth=evaluation.depth,
-    )
+    values = _score(ctx, ranking, table, names)
     return {
         family: np.array([values[f"{family}@{k}"].mean() for k in range(1, depth + 1)])
         for family, depth in families.items()
