@@ -187,3 +187,43 @@ def test_tpe_runs_n_distinct_trials_from_the_grid(tmp_path: Path) -> None:
     assert list(again["trial_id"]) == list(first["trial_id"])  # seeded
     resumed = run(config, tmp_path / "a", cache_root=tmp_path / "c", progress=False, resume=True)
     assert len(resumed.trials) == len(first)
+
+
+def test_hybrid_with_bm25_on_whole_documents_fuses_per_document(tmp_path: Path) -> None:
+    from ragbench.data import load_dataset
+    from ragbench.evaluate.labels import ChunkTable, document_ranking
+    from ragbench.experiment.config import expand, load_config
+    from ragbench.experiment.runner import RunSpec, context, plan
+    from ragbench.registry import registry
+    from ragbench.retrieve import retriever as stage_fns
+    from ragbench.text.chunkers import build_chunker, chunk_documents
+
+    fusion = {"kind": "convex", "weights": [0.5, 0.5]}
+    config = _config(
+        retriever=[{"kind": "hybrid", "bm25_chunker": {"kind": "none"}, "fusion": fusion}]
+    )
+    result = run(config, tmp_path / "run", cache_root=tmp_path / "cache", progress=False)
+    assert (result.trials["status"] == "ok").all()
+    top = pd.read_parquet(next((result.path / "runs").glob("*.top.parquet")))
+    assert not top.duplicated(["query_id", "doc_id"]).any()  # one chunk per document
+    # the same fusion by hand: dense over passages and BM25 over documents, per document
+    cfg = load_config(config)
+    ctx = context(RunSpec(cfg, None, str(tmp_path / "cache")))
+    keys = plan(expand(cfg)[0], cfg, ctx.labeled.corpus_fingerprint, ctx.queries_key)
+    cached = lambda: pytest.fail("the run must have cached this ranking")  # noqa: E731
+    dense = ctx.cache.ranking("dense", keys["dense"], cached)
+    labeled = load_dataset(str(DEMO))
+    passages = ChunkTable.from_chunks(
+        chunk_documents(build_chunker({"kind": "recursive", "size": 600}), labeled.documents)
+    )
+    whole = ChunkTable.from_chunks(chunk_documents(build_chunker("none"), labeled.documents))
+    bm25 = ctx.cache.ranking("bm25", keys["bm25"], cached)
+    expected, _ = stage_fns.fuse(
+        registry("fusion").build(fusion),
+        [document_ranking(dense.ranking, passages), document_ranking(bm25.ranking, whole)],
+        20,
+    )
+    trec = read_run(next((result.path / "runs").glob("*.trec")))
+    for i, qid in enumerate(ctx.query_ids[:20]):
+        mine = sorted(trec[qid].items(), key=lambda kv: -kv[1])[:5]
+        assert [d for d, _ in mine] == [d for d, _ in expected.row(i)[:5]]

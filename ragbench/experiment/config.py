@@ -308,10 +308,13 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
 
 
 def _nested_family(info: Any) -> str | None:
-    """The component family of a ``component_field`` (found through its validator)."""
-    for meta in info.metadata:
-        func = getattr(meta, "func", None)
-        family = getattr(func, "family", None)
+    """The component family of a ``component_field`` (found through its validator), also
+    when the field is optional."""
+    candidates = [*info.metadata]
+    for arg in typing.get_args(info.annotation):
+        candidates += [*getattr(arg, "__metadata__", ())]
+    for meta in candidates:
+        family = getattr(getattr(meta, "func", None), "family", None)
         if family:
             return family
     return None
@@ -350,7 +353,7 @@ def _expand_fields(spec: dict[str, Any], model: type[BaseModel], path: str) -> l
 
 def _field_values(value: Any, info: Any, path: str) -> list[Any]:
     family = _nested_family(info)
-    if family is not None:
+    if family is not None and value is not None:
         choices = value if isinstance(value, list) else [value]
         return [v for c in choices for v in _variants(c, family, path)]
     submodel = _model_of(info.annotation)

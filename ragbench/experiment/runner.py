@@ -169,7 +169,11 @@ def plan(trial: Trial, config: ExperimentConfig, corpus_key: str, queries_key: s
         keys["dense"] = stage_key("dense", keys["dense_index"], keys["query_vectors"], k)
     if retriever.kind in {"bm25", "hybrid"}:
         bm25 = retriever if retriever.kind == "bm25" else retriever.bm25  # type: ignore[attr-defined]
-        keys["bm25_index"] = stage_key("bm25_index", keys["chunks"], component_key(bm25))
+        lexical = getattr(retriever, "bm25_chunker", None)
+        if lexical is not None:
+            keys["bm25_chunks"] = stage_key("chunks", corpus_key, component_key(lexical))
+        source = keys.get("bm25_chunks", keys["chunks"])
+        keys["bm25_index"] = stage_key("bm25_index", source, component_key(bm25))
         k = max(retriever.depth, first) if retriever.kind == "hybrid" else first  # type: ignore[attr-defined]
         keys["bm25"] = stage_key("bm25", keys["bm25_index"], queries_key, k)
     last = "bm25" if retriever.kind == "bm25" else "dense"
@@ -229,9 +233,16 @@ def _execute(ctx: Context, trial: Trial, result: TrialResult) -> None:
         )
         latency |= {"embed_query": queries.seconds, "dense": dense.seconds}
         lists.append(dense)
+    lexical_chunks, lexical_table = chunks, table
+    if "bm25_chunks" in keys:
+        lexical_chunks, lexical_table = cache.chunks(
+            keys["bm25_chunks"],
+            ctx.labeled.documents,
+            retriever.bm25_chunker,  # type: ignore[attr-defined]
+        )
     if "bm25" in keys:
         bm25_config = retriever if retriever.kind == "bm25" else retriever.bm25  # type: ignore[attr-defined]
-        index = lambda: cache.bm25_index(keys["bm25_index"], chunks, bm25_config)  # noqa: E731
+        index = lambda: cache.bm25_index(keys["bm25_index"], lexical_chunks, bm25_config)  # noqa: E731
         k = _first_k(retriever, first)
         bm25 = cache.ranking(
             "bm25", keys["bm25"], lambda: stage_fns.sparse_search(index(), ctx.query_texts, k)
@@ -241,11 +252,14 @@ def _execute(ctx: Context, trial: Trial, result: TrialResult) -> None:
     final = lists[0]
     if "fusion" in keys:
         fusion = registry("fusion").build(retriever.fusion)  # type: ignore[attr-defined]
-        final = cache.ranking(
-            "fusion",
-            keys["fusion"],
-            lambda: stage_fns.fuse(fusion, [t.ranking for t in lists], first),
-        )
+        if "bm25_chunks" in keys:
+            dense_list, bm25_list = lists[0].ranking, lists[1].ranking
+            fused = lambda: _fuse_documents(  # noqa: E731
+                fusion, dense_list, table, bm25_list, lexical_table, first
+            )
+        else:
+            fused = lambda: stage_fns.fuse(fusion, [t.ranking for t in lists], first)  # noqa: E731
+        final = cache.ranking("fusion", keys["fusion"], fused)
         latency["fusion"] = final.seconds
     if "rerank" in keys:
         reranker = ctx.reranker(trial.reranker)
@@ -262,10 +276,34 @@ def _execute(ctx: Context, trial: Trial, result: TrialResult) -> None:
     result.latency = latency
     result.index_build_s = sum(
         cache.recorded_seconds(stage, keys[stage])
-        for stage in ("chunks", "doc_vectors", "dense_index", "bm25_index")
+        for stage in ("chunks", "bm25_chunks", "doc_vectors", "dense_index", "bm25_index")
         if stage in keys
     )
     _evaluate(ctx, ranking, table, result)
+
+
+def _fuse_documents(
+    fusion: Any, dense: Ranking, table: ChunkTable, bm25: Ranking, bm25_table: ChunkTable, k: int
+) -> tuple[Ranking, np.ndarray]:
+    """Fuse two chunkings per document, then show each document by its best dense chunk
+    (or, when the dense list missed it, its first chunk)."""
+    fused, seconds = stage_fns.fuse(
+        fusion, [document_ranking(dense, table), document_ranking(bm25, bm25_table)], k
+    )
+    doc_of = dict(zip(table.ids, table.doc_ids, strict=True))
+    rows = []
+    for i in range(len(fused.ids)):
+        best: dict[str, str] = {}
+        for chunk_id in dense.ids[i]:
+            if chunk_id:
+                best.setdefault(doc_of[chunk_id], chunk_id)
+        row = []
+        for doc, score in fused.row(i):
+            chunk = best.get(doc) or next(iter(table.ids[table.doc_rows(doc)]), None)
+            if chunk is not None:  # a document this chunking left without chunks drops out
+                row.append((str(chunk), score))
+        rows.append(row)
+    return Ranking.from_rows(rows, k), seconds
 
 
 def _first_k(retriever: ComponentConfig, first: int) -> int:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
+from ragbench.errors import ConfigError
 from ragbench.index.sparse import BM25Config, BM25Index
 from ragbench.protocols import DenseStore, Embedder, Fusion, Reranker, SparseIndex
 from ragbench.registry import ComponentConfig, component_field, registry
@@ -62,6 +63,10 @@ class HybridRetrieverConfig(ComponentConfig):
         default_factory=lambda: registry("fusion").parse({"kind": "rrf"})
     )
     depth: int = Field(100, gt=0)
+    bm25_chunker: component_field("chunker") | None = None  # type: ignore[valid-type]
+    """In sweeps: BM25 over another chunking of the corpus (e.g. whole documents while the dense
+    side sees passages); both lists are then fused per document, each document scored by its
+    best chunk in each list and represented by its best dense chunk."""
 
 
 @dataclass
@@ -229,6 +234,10 @@ class Retriever:
         if isinstance(config, BM25Config):
             return cls(sparse=BM25Index(config), reranker=reranker, score_threshold=score_threshold)
         store = registry("dense").build(config.store)
+        if getattr(config, "bm25_chunker", None) is not None:
+            raise ConfigError(
+                "retriever.bm25_chunker: only sweeps fuse two chunkings; a Retriever indexes one"
+            )
         if isinstance(config, DenseRetrieverConfig):
             return cls(embedder, store, reranker=reranker, score_threshold=score_threshold)
         return cls(

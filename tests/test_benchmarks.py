@@ -1,0 +1,187 @@
+"""The benchmarks run end to end on tiny slices and write RESULTS.md with every section.
+
+Only structure and numbers-are-numbers are checked: speed targets live in the benchmark output,
+never in tests. Parts that need the shared SciFact / chunking-evaluation data skip cleanly
+when it is absent.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.paths import CHUNKING_EVAL, DEMO, REPO, SCIFACT, require
+
+NUMBER = re.compile(r"^[+-]?\d[\d,]*(\.\d+)?(e[+-]?\d+)?(x|%)?$")
+
+
+def _table(text: str, heading: str) -> list[list[str]]:
+    """The rows (cells) of the first Markdown table after ``heading``."""
+    after = text.split(heading, 1)[1]
+    rows = []
+    for line in after.splitlines():
+        if line.startswith("|"):
+            rows.append([c.strip() for c in line.strip("|").split(" | ")])
+        elif rows or line.startswith("#"):
+            break
+    return rows[2:]  # drop the header and the separator
+
+
+def _is_number(cell: str) -> bool:
+    return bool(NUMBER.match(cell.split(" ")[0]))
+
+
+@pytest.fixture(scope="module")
+def tiny_results(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``python -m benchmarks --tiny`` into a temporary file, with its own stage cache."""
+    tmp = tmp_path_factory.mktemp("bench")
+    out = tmp / "RESULTS.md"
+    env = {**os.environ, "RAGBENCH_CACHE": str(tmp / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--tiny", "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out.read_text(encoding="utf-8")
+
+
+def test_tiny_results_have_every_section(tiny_results: str) -> None:
+    for heading in [
+        "# ragbench benchmark results",
+        "## How to regenerate",
+        "## Machine",
+        "## Sections in this run",
+        "## Quality",
+        "### SciFact (BEIR test split)",
+        "### Chunking evaluation (Chroma)",
+        "### Tuned SciFact sweep",
+        "### Cross-encoder reranking path",
+        "## Speed",
+        "### Against the libraries ragbench wraps",
+        "### Engine: 12-trial sweep",
+        "### Cross-encoder latency per query",
+        "### Peak memory of the SciFact sweep",
+    ]:
+        assert heading in tiny_results, heading
+    assert "Tiny smoke run" in tiny_results
+    assert "python -m benchmarks --full" in tiny_results
+    machine = dict(r[:2] for r in _table(tiny_results, "## Machine"))
+    assert machine["cores"].split()[0].isdigit()
+    assert machine["Python"] == sys.version.split()[0]
+
+
+def test_tiny_results_engine_and_metrics_are_numbers(tiny_results: str) -> None:
+    engine = {r[0]: r[1] for r in _table(tiny_results, "### Engine: 12-trial sweep")}
+    assert len(engine) == 7
+    assert all(_is_number(v) for v in engine.values()), engine
+    speed = _table(tiny_results, "### Against the libraries ragbench wraps")
+    metrics = [r for r in speed if r[0].startswith("metrics")]
+    assert len(metrics) == 4
+    assert all(_is_number(r[1]) for r in metrics), metrics
+    ratios = [r[3] for r in metrics if r[3] != "–"]
+    assert ratios and all(_is_number(v) for v in ratios)
+
+
+def test_tiny_results_scifact_parts(tiny_results: str) -> None:
+    if not SCIFACT.exists():
+        assert "dataset not available" in tiny_results
+        pytest.skip(f"dataset not available: {SCIFACT}")
+    scifact = _table(tiny_results, "### SciFact (BEIR test split)")
+    bm25 = [r for r in scifact if r[0].startswith("BM25")]
+    assert len(bm25) == 4 and all(_is_number(r[2]) and _is_number(r[3]) for r in bm25)
+    assert any(r[0].startswith("hashing embedder, exact") for r in scifact)
+    speed = _table(tiny_results, "### Against the libraries ragbench wraps")
+    labels = [r[0] for r in speed]
+    assert any(label.startswith("BM25 search") for label in labels)
+    assert any(label.startswith("embedding") for label in labels)
+    assert all(_is_number(r[1]) for r in speed)
+    latency = _table(tiny_results, "### Cross-encoder latency per query")
+    assert [r[0] for r in latency] == ["5", "10", "20"]
+    assert all(_is_number(r[1]) and _is_number(r[2]) for r in latency)
+    proof = _table(tiny_results, "### Cross-encoder reranking path")
+    assert [r[1] for r in proof] == ["ok", "ok"]
+    memory = tiny_results.split("### Peak memory of the SciFact sweep", 1)[1]
+    assert re.search(r"\n\d+ MB: ", memory)
+
+
+def test_tiny_results_chunking(tiny_results: str) -> None:
+    if not CHUNKING_EVAL.exists():
+        pytest.skip(f"dataset not available: {CHUNKING_EVAL}")
+    rows = _table(tiny_results, "### Chunking evaluation (Chroma)")
+    assert len(rows) == 6
+    for row in rows:
+        assert _is_number(row[3]) and _is_number(row[5]) and _is_number(row[6]), row
+
+
+# ---------------------------------------------------------------- each module's main
+
+
+def test_bench_metrics_main(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import bench_metrics
+
+    assert bench_metrics.main(["--queries", "20", "--depth", "30", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "pytrec_eval (dict run)" in out and "max per-query" in out
+
+
+def test_bench_retrieval_main(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import bench_retrieval
+
+    dataset = require(SCIFACT)
+    argv = ["--dataset", str(dataset), "--docs", "100", "--queries", "3", "--repeat", "1"]
+    assert bench_retrieval.main([*argv, "--random-vectors"]) == 0
+    out = capsys.readouterr().out
+    assert "ragbench vs bm25s" in out and "hnsw recall@10" in out and "random" in out
+
+
+def test_bench_engine_main(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import bench_engine
+
+    assert bench_engine.main(["--limit-queries", "3", "--embedder", '{"kind": "hashing"}']) == 0
+    out = capsys.readouterr().out
+    assert "12 trials" in out and "corpus embedded 1.00 times" in out
+
+
+def test_bench_embed_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import bench_embed
+    from benchmarks.models import local_model
+
+    model = local_model("tiny-bi-encoder", tmp_path)
+    argv = ["--dataset", "demo", "--texts", "4", "--model", str(model), "--repeat", "1"]
+    assert bench_embed.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "texts/s" in out and "max |ragbench - direct|" in out
+
+
+def test_bench_rerank_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import bench_rerank
+
+    argv = ["--tiny", "--queries", "2", "--proof-queries", "2", "--candidates", "3", "5"]
+    argv += ["--runs", str(tmp_path / "runs"), "--cache", str(tmp_path / "cache")]
+    argv += ["--dataset", str(DEMO), "--set", "sweep.reranker[1].max_length=64"]
+    argv += ["--set", "sweep.reranker[1].candidates=5"]
+    assert bench_rerank.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "random weights" in out
+    assert re.search(r"^\s+3\s+\d+\.\d", out, re.MULTILINE)
+
+
+def test_bench_quality_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import bench_quality
+
+    sliced = bench_quality.tiny_beir(require(SCIFACT), tmp_path / "scifact", n_queries=3)
+    argv = ["--full", "--limit-queries", "3", "--runs", str(tmp_path / "runs")]
+    argv += ["--cache", str(tmp_path / "cache"), "--set", f"dataset.path={sliced}"]
+    argv += ["--set", "sweep.embedder=[{kind: hashing}]"]
+    assert bench_quality.main(argv) == 0
+    out = capsys.readouterr().out
+    assert '"dense-hnsw"' in out and '"hnsw_ndcg_loss"' in out
