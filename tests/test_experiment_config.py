@@ -185,3 +185,11 @@ def test_overrides_set_values_by_key_path(tmp_path: Path) -> None:
         load_config(path, ["sweep.retriever[4].k1=1"])
     with pytest.raises(ConfigError, match=r"evaluation\.depth: Input should be greater than 0"):
         load_config(path, ["evaluation.depth=0"])
+
+
+def test_optional_nested_components_expand_as_choices() -> None:
+    config = load_config(
+        _config({"retriever": [{"kind": "hybrid", "bm25_chunker": [None, {"kind": "none"}]}]})
+    )
+    chunkers = [t.retriever.bm25_chunker for t in expand(config)]
+    assert chunkers[0] is None and chunkers[1].kind == "none"

@@ -112,3 +112,9 @@ def test_delete_removes_from_every_index() -> None:
     retriever.delete(["d2:chunk-0"])
     ids = retriever.search(QUERIES[:1], k=6).ranking.ids[0]
     assert "d2:chunk-0" not in ids and "d2:chunk-0" not in retriever.texts
+
+
+def test_two_chunkings_are_for_sweeps_only() -> None:
+    spec = {"kind": "hybrid", "bm25_chunker": {"kind": "none"}}
+    with pytest.raises(ConfigError, match="bm25_chunker: only sweeps fuse two chunkings"):
+        Retriever.from_config(spec, embedder=_embedder())

@@ -355,7 +355,7 @@ def _field_values(value: Any, info: Any, path: str) -> list[Any]:
     family = _nested_family(info)
     if family is not None and value is not None:
         choices = value if isinstance(value, list) else [value]
-        return [v for c in choices for v in _variants(c, family, path)]
+        return [v for c in choices for v in ([None] if c is None else _variants(c, family, path))]
     submodel = _model_of(info.annotation)
     if submodel is not None and isinstance(value, Mapping):
         return _expand_fields(dict(value), submodel, path)
