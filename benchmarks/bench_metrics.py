@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -71,6 +72,46 @@ def cold_start_seconds(repeat: int) -> float:
     return min(times)
 
 
+def measure(
+    queries: int = 1000, depth: int = 1000, repeat: int = 3, seed: int = 0
+) -> dict[str, Any]:
+    """Time pytrec_eval and ragbench on one synthetic run; returns the figures (seconds, speed
+    ratios against pytrec_eval, the cold-start time and the largest per-query difference)."""
+    import pytrec_eval
+
+    from ragbench.evaluate.metrics import evaluate, evaluate_run
+    from ragbench.types import Ranking
+
+    qrels, run = synthetic(queries, depth, seed)
+    query_ids = list(run)
+    ranking = Ranking.from_rows([list(run[q].items()) for q in query_ids])
+
+    def pytrec() -> dict:
+        return pytrec_eval.RelevanceEvaluator(qrels, PYTREC_MEASURES).evaluate(run)
+
+    t_pytrec, trec = best_time(pytrec, repeat)
+    t_dict, frame = best_time(
+        lambda: evaluate_run(qrels, run, RAGBENCH_METRICS, query_ids=query_ids), repeat
+    )
+    t_arrays, _ = best_time(lambda: evaluate(qrels, ranking, query_ids, RAGBENCH_METRICS), repeat)
+    diff = max(
+        abs(frame.loc[q, ours] - trec[q][theirs]) for q in trec for ours, theirs in SAME.items()
+    )
+    return {
+        "metrics": list(RAGBENCH_METRICS),
+        "queries": queries,
+        "depth": depth,
+        "judgements": sum(map(len, qrels.values())),
+        "pytrec_eval_s": t_pytrec,
+        "ragbench_dict_s": t_dict,
+        "ragbench_arrays_s": t_arrays,
+        "speed_dict": t_pytrec / t_dict,
+        "speed_arrays": t_pytrec / t_arrays,
+        "cold_start_s": cold_start_seconds(repeat),
+        "max_abs_diff": float(diff),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queries", type=int, default=1000)
@@ -79,42 +120,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
-    import pytrec_eval
-
-    from ragbench.evaluate.metrics import evaluate, evaluate_run
-    from ragbench.types import Ranking
-
-    qrels, run = synthetic(args.queries, args.depth, args.seed)
-    query_ids = list(run)
-    ranking = Ranking.from_rows([list(run[q].items()) for q in query_ids])
-
-    def pytrec() -> dict:
-        return pytrec_eval.RelevanceEvaluator(qrels, PYTREC_MEASURES).evaluate(run)
-
-    t_pytrec, trec = best_time(pytrec, args.repeat)
-    t_dict, frame = best_time(
-        lambda: evaluate_run(qrels, run, RAGBENCH_METRICS, query_ids=query_ids), args.repeat
-    )
-    t_arrays, _ = best_time(
-        lambda: evaluate(qrels, ranking, query_ids, RAGBENCH_METRICS), args.repeat
-    )
-    cold = cold_start_seconds(args.repeat)
-    diff = max(
-        abs(frame.loc[q, ours] - trec[q][theirs]) for q in trec for ours, theirs in SAME.items()
-    )
-
-    judgements = sum(map(len, qrels.values()))
-    print(f"metrics: {', '.join(RAGBENCH_METRICS)}")
-    print(f"{args.queries} queries x depth {args.depth}, {judgements} judgements")
+    m = measure(args.queries, args.depth, args.repeat, args.seed)
+    print(f"metrics: {', '.join(m['metrics'])}")
+    print(f"{m['queries']} queries x depth {m['depth']}, {m['judgements']} judgements")
     print(f"{'implementation':<36}{'seconds':>9}{'vs pytrec_eval':>16}")
     for label, seconds in [
-        ("pytrec_eval (dict run)", t_pytrec),
-        ("ragbench evaluate_run (dict run)", t_dict),
-        ("ragbench evaluate (Ranking arrays)", t_arrays),
+        ("pytrec_eval (dict run)", m["pytrec_eval_s"]),
+        ("ragbench evaluate_run (dict run)", m["ragbench_dict_s"]),
+        ("ragbench evaluate (Ranking arrays)", m["ragbench_arrays_s"]),
     ]:
-        print(f"{label:<36}{seconds:>9.3f}{t_pytrec / seconds:>15.2f}x")
-    print(f"{'import + first call, fresh process':<36}{cold:>9.3f}")
-    print(f"max per-query |ragbench - pytrec_eval|: {diff:.2e}")
+        print(f"{label:<36}{seconds:>9.3f}{m['pytrec_eval_s'] / seconds:>15.2f}x")
+    print(f"{'import + first call, fresh process':<36}{m['cold_start_s']:>9.3f}")
+    print(f"max per-query |ragbench - pytrec_eval|: {m['max_abs_diff']:.2e}")
     return 0
 
 

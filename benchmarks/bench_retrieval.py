@@ -6,8 +6,11 @@ qrels/test.tsv): ragbench's bm25s-backed index against bm25s called directly (bm
 PyStemmer stemmer + ``retrieve``) and rank-bm25's ``BM25Okapi``; only query-side work (tokenize +
 retrieve) is timed, index builds are reported separately. Dense: the exact store against a bare
 numpy matmul + argpartition on the same vectors, and hnsw search time and recall@10 against exact
-search. Document vectors come from ``--vectors`` (an (n_docs, d) .npy, rows in corpus order) or
-are random unit 384-d vectors; queries are ``--query-vectors`` or a seeded sample of documents.
+search. Document vectors come from ``--vectors`` (an (n_docs, d) .npy, rows in corpus order),
+else from the stage cache when a finished ``scifact-reproduce`` / ``scifact`` run embedded SciFact
+with MiniLM (document and test-query vectors, found through the library's stage keys), else they
+are random unit 384-d vectors; queries are ``--query-vectors``, the cached query vectors, or a
+seeded sample of documents. ``measure()`` returns the figures as a dict; ``main()`` prints them.
 """
 
 from __future__ import annotations
@@ -18,10 +21,16 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-DEFAULT_DATASET = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "beir" / "scifact"
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATASET = REPO.parent / "shared" / "datasets" / "beir" / "scifact"
+VECTOR_CONFIGS = (
+    REPO / "experiments" / "scifact-reproduce.yaml",
+    REPO / "experiments" / "scifact.yaml",
+)
 
 
 def load_scifact(
@@ -106,26 +115,82 @@ def bench_bm25(
     return rows
 
 
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    out = np.array(vectors, dtype=np.float32)
+    out /= np.linalg.norm(out, axis=1, keepdims=True)
+    return out
+
+
 def dense_data(
-    n_docs: int, vectors: Path | None, query_vectors: Path | None, n_queries: int
+    n_docs: int | None,
+    vectors: np.ndarray | Path | None,
+    query_vectors: np.ndarray | Path | None,
+    n_queries: int,
+    source: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray, str]:
-    """Unit document and query vectors, and a note on where they came from."""
+    """Unit document and query vectors, and a note on where they came from.
+
+    ``vectors`` / ``query_vectors`` are arrays or ``.npy`` paths (rows in corpus / query
+    order); without document vectors, random unit 384-d vectors stand in; without query
+    vectors, a seeded sample of the document vectors does. ``source`` names given arrays.
+    """
     rng = np.random.default_rng(0)
     if vectors is not None:
-        docs = np.load(vectors).astype(np.float32)[:n_docs]
-        note = f"document vectors from {vectors}"
+        where = source or (str(vectors) if isinstance(vectors, Path) else "the given array")
+        loaded = np.load(vectors) if isinstance(vectors, Path) else vectors
+        docs = _unit(loaded[:n_docs])
+        note = f"document vectors from {where}"
     else:
-        docs = rng.normal(size=(n_docs, 384)).astype(np.float32)
-        note = "random unit 384-d vectors (no --vectors given)"
-    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+        docs = _unit(rng.normal(size=(n_docs or 1000, 384)))
+        note = "random unit 384-d vectors (no real vectors given)"
     if query_vectors is not None:
-        queries = np.load(query_vectors).astype(np.float32)[:n_queries]
-        queries /= np.linalg.norm(queries, axis=1, keepdims=True)
-        note += f"; query vectors from {query_vectors}"
+        loaded = np.load(query_vectors) if isinstance(query_vectors, Path) else query_vectors
+        queries = _unit(loaded[:n_queries])
+        note += "; query vectors from " + (
+            str(query_vectors) if isinstance(query_vectors, Path) else source or "the given array"
+        )
     else:
         queries = docs[rng.choice(len(docs), size=min(n_queries, len(docs)), replace=False)]
         note += "; queries: a seeded sample of the document vectors"
     return docs, queries, note
+
+
+def cached_minilm_vectors(
+    configs: Sequence[Path] = VECTOR_CONFIGS, cache_root: Path | str | None = None
+) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """SciFact's MiniLM document and test-query vectors from the stage cache, if present.
+
+    The keys come from the library (``runner.plan`` of the config's exact dense trial), so the
+    vectors are the ones a finished ``scifact-reproduce`` / ``scifact`` run embedded; nothing is
+    computed here. Returns (document vectors in corpus order, query vectors in qrels order,
+    a note naming the config), or None when no config's vectors are cached.
+    """
+    from ragbench.experiment import runner
+    from ragbench.experiment.config import expand, load_config
+    from ragbench.index.cache import default_cache_root
+
+    root = str(cache_root or default_cache_root())
+    for path in configs:
+        if not path.is_file():
+            continue
+        config = load_config(path)
+        if not Path(config.dataset_path()).exists():
+            continue
+        trials = [t for t in expand(config) if t.retriever.kind == "dense"]
+        if not trials:
+            continue
+        trial = trials[0]
+        ctx = runner.context(runner.RunSpec(config, None, root))
+        keys = runner.plan(trial, config, ctx.labeled.corpus_fingerprint, ctx.queries_key)
+        if not all(ctx.cache.has(s, keys[s]) for s in ("chunks", "doc_vectors", "query_vectors")):
+            continue
+        embedder = ctx.embedder(trial.embedder)  # type: ignore[arg-type]  # not loaded: cached
+        chunks, _ = ctx.cache.chunks(keys["chunks"], ctx.labeled.documents, trial.chunker)
+        docs = ctx.cache.doc_vectors(keys["doc_vectors"], chunks, embedder)
+        queries = ctx.cache.query_vectors(keys["query_vectors"], ctx.query_texts, embedder)
+        note = f"the stage cache of {path.name} (MiniLM)"
+        return np.asarray(docs, dtype=np.float32), queries.vectors, note
+    return None
 
 
 def bench_dense(
@@ -160,12 +225,63 @@ def bench_dense(
     return rows, hnsw.recall_against_exact(queries, 10)
 
 
-def print_table(title: str, rows: list[tuple[str, float, float]], reference: int) -> None:
+def print_table(title: str, rows: list[dict[str, Any]], reference: int) -> None:
     """Rows with their query-time speed relative to ``rows[reference]`` (>1: faster)."""
-    print(f"{title} (speed relative to {rows[reference][0]})")
+    ref = rows[reference]
+    print(f"{title} (speed relative to {ref['label']})")
     print(f"{'implementation':<34}{'build s':>9}{'query s':>10}{'speed':>9}")
-    for label, build, query in rows:
-        print(f"{label:<34}{build:>9.3f}{query:>10.4f}{rows[reference][2] / query:>8.2f}x")
+    for row in rows:
+        speed = ref["query_s"] / row["query_s"]
+        print(f"{row['label']:<34}{row['build_s']:>9.3f}{row['query_s']:>10.4f}{speed:>8.2f}x")
+
+
+def _rows(rows: list[tuple[str, float, float]]) -> list[dict[str, Any]]:
+    return [{"label": label, "build_s": b, "query_s": q} for label, b, q in rows]
+
+
+def measure(
+    dataset: Path = DEFAULT_DATASET,
+    n_docs: int | None = None,
+    n_queries: int | None = None,
+    k: int = 100,
+    repeat: int = 10,
+    vectors: np.ndarray | Path | None = None,
+    query_vectors: np.ndarray | Path | None = None,
+    vector_source: str | None = None,
+) -> dict[str, Any]:
+    """BM25 and dense timings on ``dataset``; returns rows and the speed ratios.
+
+    ``bm25`` rows are ragbench, bm25s direct, rank-bm25 (query s = tokenize + retrieve);
+    ``dense`` rows are numpy, ragbench exact, ragbench hnsw. Ratios are query-time speed
+    (>1: ragbench faster): ``bm25_vs_bm25s``, ``bm25_vs_rank_bm25``, ``exact_vs_numpy``,
+    ``hnsw_vs_exact``; ``hnsw_recall_at_10`` is hnsw's recall@10 against exact search.
+    """
+    ids, texts, queries = load_scifact(dataset, n_docs, n_queries)
+    bm25 = _rows(bench_bm25(ids, texts, queries, k, repeat))
+    ours, direct, reference = (r["query_s"] for r in bm25)
+    n_dense = n_docs if n_docs is not None or vectors is not None else len(ids)
+    docs, query_vecs, note = dense_data(
+        n_dense, vectors, query_vectors, len(queries), vector_source
+    )
+    rows, recall = bench_dense([f"d{i}" for i in range(len(docs))], docs, query_vecs, k, repeat)
+    dense = _rows(rows)
+    return {
+        "dataset": dataset.name,
+        "documents": len(ids),
+        "queries": len(queries),
+        "k": k,
+        "bm25": bm25,
+        "bm25_vs_bm25s": direct / ours,
+        "bm25_vs_rank_bm25": reference / ours,
+        "dense_documents": len(docs),
+        "dense_queries": len(query_vecs),
+        "dense_note": note,
+        "real_vectors": vectors is not None,
+        "dense": dense,
+        "exact_vs_numpy": dense[0]["query_s"] / dense[1]["query_s"],
+        "hnsw_vs_exact": dense[1]["query_s"] / dense[2]["query_s"],
+        "hnsw_recall_at_10": float(recall),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -174,26 +290,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--docs", type=int, default=None, help="use the first N documents")
     parser.add_argument("--queries", type=int, default=None, help="use the first N test queries")
     parser.add_argument("--k", type=int, default=100)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--vectors", type=Path, default=None)
     parser.add_argument("--query-vectors", type=Path, default=None)
+    parser.add_argument(
+        "--random-vectors",
+        action="store_true",
+        help="do not look for cached SciFact MiniLM vectors (random vectors unless --vectors)",
+    )
     args = parser.parse_args(argv)
 
-    ids, texts, queries = load_scifact(args.dataset, args.docs, args.queries)
-    print(f"{args.dataset.name}: {len(ids)} documents, {len(queries)} test queries, k={args.k}")
-    rows = bench_bm25(ids, texts, queries, args.k, args.repeat)
-    print_table("BM25 (lucene, k1=1.2, b=0.75); query s = tokenize + retrieve", rows, 1)
-    ours, direct, reference = (r[2] for r in rows)
-    print(f"ragbench vs bm25s: {direct / ours:.2f}x (target >= 0.9x)")
-    print(f"ragbench vs rank-bm25: {reference / ours:.1f}x (target >= 50x)")
+    vectors, query_vectors, source = args.vectors, args.query_vectors, None
+    if vectors is None and not args.random_vectors:
+        found = cached_minilm_vectors()
+        if found is not None:
+            vectors, cached_queries, source = found
+            query_vectors = query_vectors if query_vectors is not None else cached_queries
+    m = measure(
+        args.dataset, args.docs, args.queries, args.k, args.repeat, vectors, query_vectors, source
+    )
+    print(f"{m['dataset']}: {m['documents']} documents, {m['queries']} test queries, k={m['k']}")
+    print_table("BM25 (lucene, k1=1.2, b=0.75); query s = tokenize + retrieve", m["bm25"], 1)
+    print(f"ragbench vs bm25s: {m['bm25_vs_bm25s']:.2f}x (target >= 0.9x)")
+    print(f"ragbench vs rank-bm25: {m['bm25_vs_rank_bm25']:.1f}x (target >= 50x)")
     print()
-
-    docs, query_vectors, note = dense_data(len(ids), args.vectors, args.query_vectors, len(queries))
-    rows, recall = bench_dense(ids, docs, query_vectors, args.k, args.repeat)
-    print(f"dense: {note}")
-    print_table(f"dense search, {len(query_vectors)} queries", rows, 0)
-    print(f"ragbench exact vs numpy: {rows[0][2] / rows[1][2]:.2f}x (target >= 0.8x)")
-    print(f"hnsw recall@10 vs exact: {recall:.4f} (target >= 0.99; on {note.split(';')[0]})")
+    print(f"dense: {m['dense_note']}")
+    print_table(f"dense search, {m['dense_queries']} queries", m["dense"], 0)
+    print(f"ragbench exact vs numpy: {m['exact_vs_numpy']:.2f}x (target >= 0.8x)")
+    print(
+        f"hnsw recall@10 vs exact: {m['hnsw_recall_at_10']:.4f} (target >= 0.99; on "
+        f"{m['dense_note'].split(';')[0]})"
+    )
     return 0
 
 

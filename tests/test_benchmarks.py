@@ -17,6 +17,10 @@ import pytest
 
 from tests.paths import CHUNKING_EVAL, DEMO, REPO, SCIFACT, require
 
+TUNED = REPO / "experiments" / "scifact-tuned.yaml"
+
+# The tiny run is a module fixture: one xdist worker runs every test that reads it.
+TINY_GROUP = pytest.mark.xdist_group("benchmarks-tiny")
 NUMBER = re.compile(r"^[+-]?\d[\d,]*(\.\d+)?(e[+-]?\d+)?(x|%)?$")
 
 
@@ -54,6 +58,7 @@ def tiny_results(tmp_path_factory: pytest.TempPathFactory) -> str:
     return out.read_text(encoding="utf-8")
 
 
+@TINY_GROUP
 def test_tiny_results_have_every_section(tiny_results: str) -> None:
     for heading in [
         "# ragbench benchmark results",
@@ -79,6 +84,7 @@ def test_tiny_results_have_every_section(tiny_results: str) -> None:
     assert machine["Python"] == sys.version.split()[0]
 
 
+@TINY_GROUP
 def test_tiny_results_engine_and_metrics_are_numbers(tiny_results: str) -> None:
     engine = {r[0]: r[1] for r in _table(tiny_results, "### Engine: 12-trial sweep")}
     assert len(engine) == 7
@@ -91,6 +97,7 @@ def test_tiny_results_engine_and_metrics_are_numbers(tiny_results: str) -> None:
     assert ratios and all(_is_number(v) for v in ratios)
 
 
+@TINY_GROUP
 def test_tiny_results_scifact_parts(tiny_results: str) -> None:
     if not SCIFACT.exists():
         assert "dataset not available" in tiny_results
@@ -109,10 +116,14 @@ def test_tiny_results_scifact_parts(tiny_results: str) -> None:
     assert all(_is_number(r[1]) and _is_number(r[2]) for r in latency)
     proof = _table(tiny_results, "### Cross-encoder reranking path")
     assert [r[1] for r in proof] == ["ok", "ok"]
+    tuned = _table(tiny_results, "### Tuned SciFact sweep")
+    if TUNED.exists():
+        assert tuned and all(_is_number(r[2]) and _is_number(r[3]) for r in tuned), tuned
     memory = tiny_results.split("### Peak memory of the SciFact sweep", 1)[1]
     assert re.search(r"\n\d+ MB: ", memory)
 
 
+@TINY_GROUP
 def test_tiny_results_chunking(tiny_results: str) -> None:
     if not CHUNKING_EVAL.exists():
         pytest.skip(f"dataset not available: {CHUNKING_EVAL}")

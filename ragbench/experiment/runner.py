@@ -152,6 +152,11 @@ def chunk_depth(config: ExperimentConfig, trial: Trial) -> int:
     return evaluation.depth * (3 if chunked else 1)
 
 
+def _artifact_stage(slot: str) -> str:
+    """The cache stage a planned slot is stored under (BM25's own chunking is chunks too)."""
+    return "chunks" if slot == "bm25_chunks" else slot
+
+
 def plan(trial: Trial, config: ExperimentConfig, corpus_key: str, queries_key: str) -> dict:
     """The artifact key of every stage the trial uses, computed from configs alone."""
     depth = chunk_depth(config, trial)
@@ -275,7 +280,7 @@ def _execute(ctx: Context, trial: Trial, result: TrialResult) -> None:
     ranking = final.ranking.head(depth)
     result.latency = latency
     result.index_build_s = sum(
-        cache.recorded_seconds(stage, keys[stage])
+        cache.recorded_seconds(_artifact_stage(stage), keys[stage])
         for stage in ("chunks", "bm25_chunks", "doc_vectors", "dense_index", "bm25_index")
         if stage in keys
     )
@@ -592,7 +597,7 @@ def dry_run(
     rows = []
     for trial in expand(cfg):
         keys = plan(trial, cfg, ctx.labeled.corpus_fingerprint, ctx.queries_key)
-        cached = {stage: ctx.cache.has(stage, key) for stage, key in keys.items()}
+        cached = {stage: ctx.cache.has(_artifact_stage(stage), key) for stage, key in keys.items()}
         rows.append(
             {
                 "trial_id": trial.id,

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from ragbench.evaluate.significance import compare, compare_all
+from ragbench.evaluate.significance import bootstrap_ci, compare, compare_all
 from ragbench.experiment.store import RunStore
 from ragbench.report import plots
 from ragbench.report.drilldown import drilldown
@@ -237,9 +237,16 @@ class Report:
             if summary["baseline"] and summary["baseline"] != trial:
                 stats = compare(values, summary["baseline"], metric, n_resamples=self.n_resamples)
                 own = stats.loc[trial]
+                pairs = values.pivot(index="query_id", columns="trial_id", values="value")
+                low, high = bootstrap_ci(
+                    (pairs[trial] - pairs[summary["baseline"]]).to_numpy(),
+                    n_resamples=self.n_resamples,
+                )
                 row |= {
                     "baseline": stats.loc[summary["baseline"], "mean"],
                     "delta": own["delta"],
+                    "delta_ci_low": low,
+                    "delta_ci_high": high,
                     "p": own["p_value"],
                     "ci_low": own["ci_low"],
                     "ci_high": own["ci_high"],
@@ -261,8 +268,9 @@ class Report:
             )
         return (
             f"Selected on split {summary['select_on']!r}, then evaluated once on split "
-            f"{summary['report_on']!r} ({summary['report_queries']} queries); p is a paired "
-            "permutation test against the baseline on those queries, CI a 95% bootstrap."
+            f"{summary['report_on']!r} ({summary['report_queries']} queries); p: paired "
+            "permutation test against the baseline there; delta_ci: 95% bootstrap interval of "
+            "the paired difference; ci: of the chosen trial's mean."
         )
 
     def drilldown(self, other: str | None = None, n: int = 10) -> pd.DataFrame:

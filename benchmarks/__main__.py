@@ -1,0 +1,285 @@
+"""Every benchmark in one command, written to benchmarks/RESULTS.md.
+
+``python -m benchmarks [--full] [--tiny] [--out FILE] [--runs DIR] [--cache DIR]``
+
+* default (minutes): the BM25 SciFact reproduction through scifact-reproduce.yaml and the runner,
+  metrics vs pytrec_eval, retrieval vs bm25s / rank-bm25 / numpy (+ hnsw recall on the cached
+  SciFact MiniLM vectors when a finished run left them in the stage cache), the engine sweep and
+  embedding throughput.
+* ``--full`` adds the whole scifact-reproduce.yaml (MiniLM exact and hnsw), chunking.yaml,
+  experiments/scifact-tuned.yaml when it exists, and the cross-encoder path and latency; they
+  read the stage cache, so reruns cost minutes.
+* ``--tiny`` runs every section on tiny slices (a few documents and queries, the hashing
+  embedder, tiny random models) into a temporary directory: a smoke test, not results.
+
+Sections that need the shared datasets (/work/shared/datasets) are skipped, with the reason in
+the file, when they are absent. A failing section is recorded as failed and the others still
+run; the exit code is 1 when any section failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+from benchmarks import bench_quality, results
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = REPO / "benchmarks" / "RESULTS.md"
+TINY_QUERIES = 5
+
+
+@dataclass
+class Settings:
+    """What every section needs to know about this invocation."""
+
+    full: bool
+    tiny: bool
+    runs: Path
+    cache: str
+    data: Path  # where tiny slices of the shared datasets are written
+
+    def scifact(self) -> Path:
+        """SciFact, or its tiny slice."""
+        if not self.tiny:
+            return bench_quality.SCIFACT
+        return bench_quality.tiny_beir(bench_quality.SCIFACT, self.data / "scifact")
+
+    def chunking_eval(self) -> Path:
+        """Chroma's chunking evaluation set, or a one-corpus slice."""
+        if not self.tiny:
+            return bench_quality.CHUNKING_EVAL
+        return bench_quality.tiny_chunking(bench_quality.CHUNKING_EVAL, self.data / "chunking")
+
+    def overrides(self, config: Path, dataset: Path, one_chunker: bool = False) -> list[str]:
+        """Config overrides for a tiny run (none otherwise)."""
+        if not self.tiny:
+            return []
+        return bench_quality.tiny_overrides(config, dataset, one_chunker)
+
+    @property
+    def limit(self) -> int | None:
+        """Query limit of the quality runs."""
+        return TINY_QUERIES if self.tiny else None
+
+
+class Skip(Exception):
+    """A section that does not apply to this invocation (the message says why)."""
+
+
+def _need(path: Path) -> None:
+    if not path.exists():
+        raise Skip(f"dataset not available: {path}")
+
+
+# ---------------------------------------------------------------- sections
+
+
+def scifact(s: Settings) -> dict[str, Any]:
+    """BM25 reproduction (default) or the whole scifact-reproduce.yaml (``--full``/``--tiny``)."""
+    _need(bench_quality.SCIFACT)
+    dataset = s.scifact()
+    full = s.full or s.tiny
+    overrides = s.overrides(bench_quality.REPRODUCE, dataset)
+    return bench_quality.scifact_reproduce(full, s.runs, s.cache, overrides, s.limit)
+
+
+def chunking(s: Settings) -> dict[str, Any]:
+    """chunking.yaml (``--full``)."""
+    if not (s.full or s.tiny):
+        raise Skip("runs with --full")
+    _need(bench_quality.CHUNKING_EVAL)
+    dataset = s.chunking_eval()
+    overrides = s.overrides(bench_quality.CHUNKING, dataset)
+    return bench_quality.chunking(s.runs, s.cache, overrides, s.limit)
+
+
+def tuned(s: Settings) -> dict[str, Any]:
+    """experiments/scifact-tuned.yaml if it exists (``--full``)."""
+    if not (s.full or s.tiny):
+        raise Skip("runs with --full")
+    if not bench_quality.TUNED.is_file():
+        raise Skip(f"{bench_quality.TUNED.relative_to(REPO)} does not exist yet")
+    _need(bench_quality.SCIFACT)
+    overrides = s.overrides(bench_quality.TUNED, s.scifact(), one_chunker=True)
+    found = bench_quality.tuned(s.runs, s.cache, overrides, s.limit)
+    assert found is not None
+    return found
+
+
+def metrics(s: Settings) -> dict[str, Any]:
+    """ragbench metrics vs pytrec_eval on a synthetic run."""
+    from benchmarks import bench_metrics
+
+    if s.tiny:
+        return bench_metrics.measure(queries=50, depth=100, repeat=1)
+    return bench_metrics.measure()
+
+
+def retrieval(s: Settings) -> dict[str, Any]:
+    """BM25 vs bm25s / rank-bm25, exact vs numpy, hnsw (real MiniLM vectors when cached)."""
+    from benchmarks import bench_retrieval
+
+    _need(bench_quality.SCIFACT)
+    if s.tiny:
+        return bench_retrieval.measure(s.scifact(), n_queries=TINY_QUERIES, repeat=1)
+    found = bench_retrieval.cached_minilm_vectors(cache_root=s.cache)
+    if found is None:
+        return bench_retrieval.measure(bench_quality.SCIFACT)
+    vectors, query_vectors, source = found
+    return bench_retrieval.measure(
+        bench_quality.SCIFACT,
+        vectors=vectors,
+        query_vectors=query_vectors,
+        vector_source=source,
+    )
+
+
+def engine(s: Settings) -> dict[str, Any]:
+    """The 12-trial engine sweep on the demo set (hashing embedder when tiny)."""
+    from benchmarks import bench_engine
+
+    if s.tiny:
+        return bench_engine.measure("demo", TINY_QUERIES, bench_quality.HASHING, repeat=1)
+    return bench_engine.measure("demo")
+
+
+def embed(s: Settings) -> dict[str, Any]:
+    """ragbench's sentence-transformers embedder vs a direct encode on SciFact abstracts."""
+    from benchmarks import bench_embed
+    from benchmarks.models import local_model
+
+    _need(bench_quality.SCIFACT)
+    if s.tiny:
+        texts = bench_embed.texts_of(s.scifact(), 10)
+        return bench_embed.measure(texts, str(local_model("tiny-bi-encoder", s.cache)), repeat=1)
+    return bench_embed.measure(bench_embed.texts_of(bench_quality.SCIFACT, 300))
+
+
+def rerank(s: Settings) -> dict[str, Any]:
+    """The cross-encoder path on scifact-rerank.yaml and its latency (``--full``)."""
+    from benchmarks import bench_rerank
+
+    if not (s.full or s.tiny):
+        raise Skip("runs with --full")
+    _need(bench_quality.SCIFACT)
+    if s.tiny:
+        return bench_rerank.measure(
+            queries=2,
+            proof_queries=2,
+            candidates=(5, 10, 20),
+            tiny=True,
+            runs=s.runs,
+            cache_root=s.cache,
+            dataset=str(s.scifact()),
+            extra=["sweep.reranker[1].max_length=128", "sweep.reranker[1].candidates=10"],
+        )
+    return bench_rerank.measure(runs=s.runs, cache_root=s.cache)
+
+
+# The SciFact sweep runs first so that its peak RSS is not inflated by the other sections.
+SECTIONS: list[tuple[str, Callable[[Settings], dict[str, Any]]]] = [
+    ("scifact", scifact),
+    ("chunking", chunking),
+    ("tuned", tuned),
+    ("metrics", metrics),
+    ("retrieval", retrieval),
+    ("engine", engine),
+    ("embed", embed),
+    ("rerank", rerank),
+]
+
+
+def run_sections(s: Settings, only: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
+    """Run every section (or those in ``only``); failures are recorded, not raised."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, section in SECTIONS:
+        if only and name not in only:
+            out[name] = {"skipped": "not selected (--only)"}
+            continue
+        started = time.perf_counter()
+        print(f"[benchmarks] {name} ...", file=sys.stderr, flush=True)
+        try:
+            out[name] = section(s)
+        except Skip as why:
+            out[name] = {"skipped": str(why)}
+        except Exception as exc:  # one broken section must not lose the others' figures
+            traceback.print_exc()
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+        out[name]["_seconds"] = time.perf_counter() - started
+        state = next((k for k in ("skipped", "error") if k in out[name]), "done")
+        print(
+            f"[benchmarks] {name}: {state} ({out[name]['_seconds']:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--full", action="store_true", help="add the expensive sections")
+    parser.add_argument("--tiny", action="store_true", help="every section on tiny slices")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the Markdown file to write")
+    parser.add_argument("--runs", type=Path, default=None, help="where run directories go")
+    parser.add_argument("--cache", type=Path, default=None, help="stage cache root")
+    parser.add_argument("--only", nargs="+", choices=[n for n, _ in SECTIONS], default=[])
+    args = parser.parse_args(argv)
+
+    from ragbench.index.cache import default_cache_root
+
+    cache = str(args.cache or default_cache_root())
+    temporary = None
+    if args.runs is not None:
+        runs = args.runs
+    elif args.tiny:
+        temporary = Path(tempfile.mkdtemp(prefix="ragbench-bench-tiny-"))
+        runs = temporary
+    else:
+        runs = REPO / "runs" / "bench"
+    settings = Settings(args.full, args.tiny, runs, cache, runs / "data")
+    cpu_start = results.cpu_times()
+    started = time.perf_counter()
+    try:
+        sections = run_sections(settings, args.only)
+    finally:
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
+    seconds = time.perf_counter() - started
+    command = "python -m benchmarks" + "".join(
+        f" --{flag}" for flag in ("full", "tiny") if getattr(args, flag)
+    )
+    found = {
+        "mode": "tiny" if args.tiny else "full" if args.full else "default",
+        "command": command,
+        "machine": results.machine(),
+        "cache_root": cache,
+        "runs": bench_quality.relative(runs),
+        "runs_kept": temporary is None,
+        "seconds": seconds,
+        "other_cpu": results.other_cpu_share(cpu_start, results.cpu_times(), seconds),
+        "sections": sections,
+    }
+    path = results.write(found, args.out)
+    print(f"wrote {path}")
+    return 1 if any("error" in v for v in sections.values()) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

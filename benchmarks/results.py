@@ -1,0 +1,865 @@
+"""Build benchmarks/RESULTS.md from the figures one ``python -m benchmarks`` run measured.
+
+``render(results)`` turns the dict assembled by ``benchmarks.__main__`` (machine, mode and one
+entry per section: the dict a ``measure``-style function returned, or ``{"skipped": why}`` /
+``{"error": message}``) into Markdown. Every number in the file comes from that dict; the
+only constants here are *published* reference values (marked as such, with their sources, from
+/work/shared/datasets/README.md) and the speed targets the benchmark modules print.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Published SciFact test-split references (not measured here).
+ANSERINI_FLAT = {"ndcg@10": 0.6789, "recall@100": 0.9253, "recall@1000": 0.9767}
+BEIR_BM25 = {"ndcg@10": 0.665}
+BEIR_BM25_CE = 0.688
+MTEB_MINILM = {"ndcg@10": 0.64508, "recall@100": 0.925}
+SOURCES = {
+    "anserini": "Anserini BM25 flat regression (castorini/anserini, beir-v1.0.0-scifact.flat)",
+    "beir": "BEIR paper, Table 2 (Thakur et al. 2021)",
+    "mteb": "MTEB (embeddings-benchmark/mtebpaper, all-MiniLM-L6-v2/SciFact.json)",
+}
+# Targets the benchmark modules print next to their figures (ratio: >1 means ragbench faster).
+TARGETS = {
+    "bm25_vs_bm25s": 0.9,
+    "bm25_vs_rank_bm25": 50.0,
+    "exact_vs_numpy": 0.8,
+    "hnsw_recall_at_10": 0.99,
+    "embed_ratio": 0.95,
+    "embedded_times": 1.0,
+    "warm_over_cold": 0.05,
+    "overhead": 0.10,
+}
+
+BUSY_WARNING = 0.10  # share of CPU time used by other processes above which a run is flagged
+
+TUNED_HEADERS = {
+    "baseline": "baseline on the report split",
+    "delta": "Δ vs baseline",
+    "p": "p (paired permutation)",
+}
+
+SECTION_TITLES = {
+    "scifact": "SciFact reproduction (scifact-reproduce.yaml)",
+    "chunking": "Chunking evaluation (chunking.yaml)",
+    "tuned": "Tuned sweep with honest selection (scifact-tuned.yaml)",
+    "metrics": "Metrics vs pytrec_eval",
+    "retrieval": "Retrieval vs bm25s / rank-bm25 / numpy",
+    "engine": "Engine (12-trial sweep)",
+    "embed": "Embedding throughput",
+    "rerank": "Cross-encoder path and latency (scifact-rerank.yaml)",
+}
+
+
+# ---------------------------------------------------------------- machine
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, cores, RAM, Python, torch, platform, git commit and the date."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    ram_gb = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                ram_gb = int(line.split()[1]) / 1024**2
+                break
+    except OSError:
+        pass
+    versions = {}
+    for name in ("torch", "sentence-transformers", "transformers", "numpy", "bm25s", "hnswlib"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "ram_gb": ram_gb,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "versions": versions,
+        "commit": _git(["rev-parse", "--short", "HEAD"]),
+        "dirty": bool(_git(["status", "--porcelain", "--untracked-files=no"])),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def cpu_times() -> tuple[float, float] | None:
+    """(busy CPU seconds of the whole machine, CPU seconds of this process and its waited-for
+    children), or None where /proc/stat is missing. Two samples give the share of the machine
+    other processes used in between (see ``other_cpu_share``)."""
+    import resource
+
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except OSError:
+        return None
+    ticks = [int(v) for v in fields[:8]]
+    busy = (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+    own = sum(
+        getattr(resource.getrusage(who), f)
+        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+        for f in ("ru_utime", "ru_stime")
+    )
+    return busy, own
+
+
+def other_cpu_share(
+    start: tuple[float, float] | None, end: tuple[float, float] | None, seconds: float
+) -> float | None:
+    """Share of all cores' time between two ``cpu_times`` samples used by other processes."""
+    if start is None or end is None or seconds <= 0:
+        return None
+    other = (end[0] - start[0]) - (end[1] - start[1])
+    return max(0.0, other / (seconds * (os.cpu_count() or 1)))
+
+
+def _git(args: list[str]) -> str:
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip()
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def num(value: Any, digits: int = 4) -> str:
+    """A number with ``digits`` decimals, or an en dash for missing values."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:.{digits}f}"
+
+
+def signed(value: Any, digits: int = 4) -> str:
+    """A difference with its sign (zero when it rounds to zero)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "–"
+    if abs(value) < 0.5 * 10**-digits:
+        value = 0.0
+    return f"{value:+.{digits}f}"
+
+
+def ratio(value: Any) -> str:
+    """A speed ratio (``1.23x``)."""
+    return "–" if value is None else f"{value:.2f}x"
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A Markdown table (cells already formatted)."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def met(value: float | None, target: float, lower_is_better: bool = False) -> str:
+    """Whether ``value`` meets ``target``."""
+    if value is None:
+        return "–"
+    ok = value <= target if lower_is_better else value >= target
+    return "yes" if ok else "**no**"
+
+
+def _status(section: dict[str, Any] | None) -> str | None:
+    """None for a measured section, else the line saying why it has no numbers."""
+    if section is None:
+        return "_Not run._"
+    if "skipped" in section:
+        return f"_Skipped: {section['skipped']}._"
+    if "error" in section:
+        return f"_Failed: `{section['error']}`._"
+    return None
+
+
+def _provenance(section: dict[str, Any]) -> str:
+    rebuilt = ", ".join(section["rebuilt"]) or "none"
+    return (
+        f"Run directory `{section['run']}`, produced by this run ({section['queries']} queries, "
+        f"{section['seconds']:.1f} s) from `{section['config']}`; before it, the stage cache held "
+        f"{section['cached']} of its {section['stages']} stage artifacts (rebuilt: {rebuilt})."
+    )
+
+
+# ---------------------------------------------------------------- sections
+
+
+def _header(results: dict[str, Any]) -> list[str]:
+    mode = results["mode"]
+    lines = [
+        "# ragbench benchmark results",
+        "",
+        f"Generated by `{results['command']}` ({mode} mode) on {results['machine']['date']} in "
+        f"{results['seconds'] / 60:.1f} minutes. Every figure below was measured by that command "
+        "in that run, or read back from the run directories it produced (named per section). "
+        "Published reference values are labelled as such; they come from "
+        "`/work/shared/datasets/README.md`.",
+    ]
+    where = "temporary, removed after the run" if not results["runs_kept"] else "kept"
+    lines += ["", f"Run directories: `{results['runs']}` ({where})."]
+    busy = results.get("other_cpu")
+    if busy is not None:
+        lines += [
+            "",
+            f"Other processes used {100 * busy:.0f}% of the machine's CPU time during this run "
+            "(from /proc/stat, minus this process and its children).",
+        ]
+        if busy > BUSY_WARNING:
+            lines += [
+                "",
+                "> **The machine was busy** with other work during this run: timings are "
+                "inflated and ratios between implementations less reliable.",
+            ]
+    if mode == "tiny":
+        lines += [
+            "",
+            "> **Tiny smoke run.** Slices of a few documents and queries, the hashing embedder "
+            "instead of MiniLM and tiny random models: these numbers only show that every "
+            "benchmark runs. They are not results.",
+        ]
+    return lines
+
+
+def _regenerate() -> list[str]:
+    return [
+        "## How to regenerate",
+        "",
+        "```bash",
+        "make bench                              # = python -m benchmarks (default: cheap parts)",
+        "python -m benchmarks                    # BM25 reproduction, metrics, retrieval, engine,",
+        "                                        # embedding throughput (minutes)",
+        "python -m benchmarks --full             # + full scifact-reproduce.yaml, chunking.yaml,",
+        "                                        # scifact-tuned.yaml (if present), cross-encoder",
+        "python -m benchmarks --tiny --out /tmp/RESULTS.md   # smoke test on tiny slices",
+        "python -m benchmarks.bench_retrieval    # one benchmark on its own; also bench_metrics,",
+        "                                        # bench_engine, bench_embed, bench_rerank,",
+        "                                        # bench_quality",
+        "```",
+        "",
+        "The expensive parts read the stage cache (`RAGBENCH_CACHE`, default `~/.cache/ragbench`), "
+        "so a rerun of `--full` costs minutes; `ragbench run CONFIG --dry-run` shows what is "
+        "cached. Run directories go to `runs/bench/` (`--runs DIR`).",
+    ]
+
+
+def _machine(results: dict[str, Any]) -> list[str]:
+    m = results["machine"]
+    versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items())
+    commit = m["commit"] + (" (with uncommitted changes)" if m["dirty"] else "")
+    rows = [
+        ("CPU", m["cpu"]),
+        ("cores", f"{m['cores']} (usable: {m['usable_cores']})"),
+        ("RAM", f"{m['ram_gb']:.1f} GB" if m["ram_gb"] else "–"),
+        ("Python", m["python"]),
+        ("torch", m["versions"].get("torch", "–")),
+        ("platform", m["platform"]),
+        ("libraries", versions),
+        ("ragbench commit", commit or "–"),
+        ("date", m["date"]),
+        ("stage cache", f"`{results['cache_root']}`"),
+    ]
+    return ["## Machine", "", table(["", ""], rows)]
+
+
+def _overview(results: dict[str, Any]) -> list[str]:
+    rows = []
+    for key, title in SECTION_TITLES.items():
+        section = results["sections"].get(key)
+        if section is None:
+            state = "not run"
+        elif "skipped" in section:
+            state = f"skipped: {section['skipped']}"
+        elif "error" in section:
+            state = "**failed**"
+        else:
+            state = "measured"
+        seconds = section.get("_seconds") if section else None
+        rows.append((title, state, num(seconds, 1)))
+    return ["## Sections in this run", "", table(["section", "status", "seconds"], rows)]
+
+
+def _scifact(section: dict[str, Any] | None) -> list[str]:
+    lines = ["### SciFact (BEIR test split), document level", ""]
+    status = _status(section)
+    if status:
+        return [*lines, status]
+    assert section is not None
+    systems = section["systems"]
+    lines += [_provenance(section), ""]
+    rows = []
+    bm25 = systems.get("bm25", {})
+    for metric, published, source in [
+        ("ndcg@10", ANSERINI_FLAT["ndcg@10"], "anserini"),
+        ("ndcg@10", BEIR_BM25["ndcg@10"], "beir"),
+        ("recall@100", ANSERINI_FLAT["recall@100"], "anserini"),
+        ("recall@1000", ANSERINI_FLAT["recall@1000"], "anserini"),
+    ]:
+        ours = bm25.get(metric)
+        delta = None if ours is None else ours - published
+        rows.append(
+            (
+                "BM25 lucene k1=0.9 b=0.4, stem+stop",
+                metric,
+                num(ours),
+                num(published),
+                signed(delta),
+                SOURCES[source],
+            )
+        )
+    exact, hnsw = systems.get("dense-exact"), systems.get("dense-hnsw")
+    embedder = str(section.get("embedder"))
+    label = "MiniLM" if "minilm" in embedder.lower() else f"{embedder} embedder"
+    if exact:
+        for metric in ("ndcg@10", "recall@100"):
+            ours, published = exact.get(metric), MTEB_MINILM[metric]
+            delta = None if ours is None else ours - published
+            rows.append(
+                (
+                    f"{label}, exact cosine",
+                    metric,
+                    num(ours),
+                    num(published),
+                    signed(delta),
+                    SOURCES["mteb"],
+                )
+            )
+    if exact and hnsw:
+        fresh = "dense" in section["rebuilt"]
+        when = "this run" if fresh else "stage cache (measured when first built)"
+        rows += [
+            (
+                f"{label}, hnsw (defaults)",
+                "ndcg@10",
+                num(hnsw.get("ndcg@10")),
+                "–",
+                f"{signed(-section.get('hnsw_ndcg_loss', float('nan')))} vs exact",
+                "loss against the exact row above",
+            ),
+            (
+                f"{label}, hnsw vs exact",
+                f"dense search p50 ms/query at k={section.get('depth', '?')}",
+                f"{num(hnsw.get('dense_p50_ms'), 3)} vs {num(exact.get('dense_p50_ms'), 3)}",
+                "–",
+                f"speed-up {ratio(section.get('hnsw_speedup'))} (exact ÷ hnsw)",
+                f"`latency.dense.p50_ms`, {when}",
+            ),
+        ]
+    lines.append(
+        table(
+            ["system", "metric", "ours", "published", "Δ (ours − published)", "published source"],
+            rows,
+        )
+    )
+    if not section["full"]:
+        lines += ["", "MiniLM exact and hnsw rows: _skipped (they run with `--full`)_."]
+    lines += [
+        "",
+        "Anserini's flat index and BEIR's paper used different BM25 setups (0.6789 vs 0.665); "
+        "ours follows Anserini's settings (lucene BM25, k1=0.9, b=0.4, English stopwords and "
+        "stemming, title + text in one field), so the Anserini row is the one to compare against.",
+    ]
+    return lines
+
+
+def _chunking(section: dict[str, Any] | None) -> list[str]:
+    lines = ["### Chunking evaluation (Chroma), span level, top 5 chunks", ""]
+    status = _status(section)
+    if status:
+        return [*lines, status]
+    assert section is not None
+    lines += [_provenance(section), ""]
+    rows = []
+    for r in section["rows"]:
+        pub = r.get("published") or {}
+        delta = r.get("delta") or {}
+        rows.append(
+            (
+                r["chunker"],
+                f"{r['size']} / {r['overlap']}",
+                num(r.get("chunks")),
+                num(r.get("mean_tokens"), 0),
+                num(pub.get("mean_size")) if pub.get("mean_size") else "–",
+                f"{r['recall']:.1f} (±{r.get('recall_ci95', float('nan')):.1f})",
+                num(pub.get("recall"), 1),
+                signed(delta.get("recall"), 1),
+                num(r["precision"], 1),
+                num(pub.get("precision"), 1),
+                signed(delta.get("precision"), 1),
+                num(r["iou"], 1),
+                num(pub.get("iou"), 1),
+                signed(delta.get("iou"), 1),
+            )
+        )
+    lines.append(
+        table(
+            [
+                "chunker",
+                "size / overlap (cl100k)",
+                "chunks",
+                "mean size ours",
+                "mean size published",
+                "recall ours (95% CI)",
+                "recall published",
+                "Δ",
+                "precision ours",
+                "published",
+                "Δ",
+                "IoU ours",
+                "published",
+                "Δ",
+            ],
+            rows,
+        )
+    )
+    embedder = section.get("embedder")
+    lines += [
+        "",
+        f"Ours: embedder `{embedder}`, exact cosine search; percent, mean over the queries. "
+        "Published: the all-MiniLM-L6-v2 table of Chroma's report (Recursive = LangChain "
+        "RecursiveCharacterTextSplitter, TokenText = LangChain TokenTextSplitter; our `fixed` "
+        "chunker with `unit: tokens` plays TokenText). Chunk sizes are counted with cl100k "
+        "(`bpe-openai`) on the chunks this run used; the report gives mean sizes for Recursive "
+        "only. The 95% CI is ±1.96 · std / √n of our per-query recall.",
+        "",
+    ]
+    gap = section.get("max_recall_gap")
+    beyond = [r for r in section["rows"] if "recall_by_corpus" in r]
+    if gap is None:
+        lines.append("No chunker matched a published row.")
+    elif not beyond:
+        lines.append(
+            f"**Recall differences:** the largest |Δ recall| is {gap:.1f} points, so no chunker "
+            "differs from the published recall by more than 3 points."
+        )
+    else:
+        lines.append(
+            f"**Recall differences beyond 3 points** (largest {gap:.1f}), broken down by corpus "
+            "(span recall@5 per corpus, percent, computed from this run's per-query values):"
+        )
+        corpora = sorted({c for r in beyond for c in r["recall_by_corpus"]})
+        lines += [
+            "",
+            table(
+                ["chunker", "size / overlap", "Δ recall", "mean size ours / published", *corpora],
+                [
+                    (
+                        r["chunker"],
+                        f"{r['size']} / {r['overlap']}",
+                        signed(r["delta"]["recall"], 1),
+                        f"{num(r.get('mean_tokens'), 0)} / "
+                        f"{num((r.get('published') or {}).get('mean_size'))}",
+                        *(num(r["recall_by_corpus"].get(c), 1) for c in corpora),
+                    )
+                    for r in beyond
+                ],
+            ),
+            "",
+            "The published report gives no per-corpus numbers, so the breakdown shows where our "
+            "recall sits, not which corpus moved. A chunker whose Δ lies inside our 95% CI moved "
+            "by about as much as resampling the queries would move it.",
+        ]
+    return lines
+
+
+def _tuned(section: dict[str, Any] | None) -> list[str]:
+    lines = ["### Tuned SciFact sweep, honest selection", ""]
+    status = _status(section)
+    if status:
+        return [*lines, status]
+    assert section is not None
+    lines += [
+        _provenance(section),
+        "",
+        f"{section['trials']} trials ({section['failed']} failed); "
+        f"baseline `{section['baseline']}`. {section['note']}",
+        "",
+    ]
+    intervals = ("ci_low", "ci_high", "delta_ci_low", "delta_ci_high")
+    columns = [c for c in section["columns"] if c not in intervals]
+    headers = [TUNED_HEADERS.get(c, c) for c in columns]
+    has_ci = "ci_low" in section["columns"]
+    has_delta_ci = "delta_ci_low" in section["columns"]
+    if has_delta_ci:
+        headers.append("95% CI of Δ (paired bootstrap)")
+    if has_ci:
+        headers.append("95% CI of the chosen trial's mean (report split)")
+    rows = []
+    for record in section["selection"]:
+        row = [
+            num(record.get(c)) if isinstance(record.get(c), float) else str(record.get(c, "–"))
+            for c in columns
+        ]
+        if has_delta_ci:
+            row.append(f"[{num(record.get('delta_ci_low'))}, {num(record.get('delta_ci_high'))}]")
+        if has_ci:
+            row.append(f"[{num(record.get('ci_low'))}, {num(record.get('ci_high'))}]")
+        rows.append(row)
+    lines.append(table(headers, rows) if rows else "_No selection was recorded._")
+    same = [r["metric"] for r in section["selection"] if r.get("chosen") == section["baseline"]]
+    if same:
+        lines += [
+            "",
+            f"For {', '.join(same)} the selection chose the baseline itself, so there is no "
+            "difference to test.",
+        ]
+    return lines
+
+
+def _rerank_proof(section: dict[str, Any] | None) -> list[str]:
+    lines = ["### Cross-encoder reranking path (scifact-rerank.yaml)", ""]
+    status = _status(section)
+    if status:
+        return [*lines, status]
+    assert section is not None
+    lines += [
+        f"`{section['config']}` ran end to end with "
+        f"`--set sweep.reranker[1].model=<tiny random BERT cross-encoder>` on the first "
+        f"{section['proof_queries']} test queries (run directory `{section['proof_run']}`):",
+        "",
+        table(
+            ["reranker", "status", "nDCG@10", "recall@100", "rerank p50 ms"],
+            [
+                (
+                    r["reranker"],
+                    r["status"],
+                    num(r["ndcg@10"]),
+                    num(r["recall@100"]),
+                    num(r["rerank_p50_ms"], 1),
+                )
+                for r in section["proof"]
+            ],
+        ),
+        "",
+        "**The reranked nDCG is meaningless**: no trained cross-encoder installs offline, so the "
+        "models here have random weights; only their latency is real. BEIR's BM25+CE "
+        f"(SciFact nDCG@10 {BEIR_BM25_CE}, cross-encoder/ms-marco-MiniLM-L-6-v2 over BM25 top 100) "
+        "cannot be reproduced offline here. With the model available the one command is "
+        "`ragbench run experiments/scifact-rerank.yaml`.",
+    ]
+    return lines
+
+
+def _speed(sections: dict[str, Any]) -> list[str]:
+    lines = ["### Against the libraries ragbench wraps", ""]
+    rows = []
+    retrieval, metrics, embed = (sections.get(k) for k in ("retrieval", "metrics", "embed"))
+    if retrieval and not _status(retrieval):
+        ours, direct, okapi = (r["query_s"] for r in retrieval["bm25"])
+        n = retrieval["queries"]
+        rows += [
+            (
+                f"BM25 search, {n} queries (tokenize + retrieve, s)",
+                num(ours),
+                f"bm25s {num(direct)}",
+                ratio(retrieval["bm25_vs_bm25s"]),
+                "≥ 0.9x",
+                met(retrieval["bm25_vs_bm25s"], TARGETS["bm25_vs_bm25s"]),
+            ),
+            (
+                f"BM25 search, {n} queries (s)",
+                num(ours),
+                f"rank-bm25 {num(okapi)}",
+                ratio(retrieval["bm25_vs_rank_bm25"]),
+                "≥ 50x",
+                met(retrieval["bm25_vs_rank_bm25"], TARGETS["bm25_vs_rank_bm25"]),
+            ),
+        ]
+        dense = retrieval["dense"]
+        nq = retrieval["dense_queries"]
+        rows += [
+            (
+                f"exact dense search, {nq} queries (s)",
+                num(dense[1]["query_s"]),
+                f"numpy {num(dense[0]['query_s'])}",
+                ratio(retrieval["exact_vs_numpy"]),
+                "≥ 0.8x",
+                met(retrieval["exact_vs_numpy"], TARGETS["exact_vs_numpy"]),
+            ),
+            (
+                f"hnsw search, {nq} queries (s)",
+                num(dense[2]["query_s"]),
+                f"ragbench exact {num(dense[1]['query_s'])}",
+                ratio(retrieval["hnsw_vs_exact"]),
+                "–",
+                "–",
+            ),
+            (
+                "hnsw recall@10 against exact",
+                num(retrieval["hnsw_recall_at_10"]),
+                "–",
+                "–",
+                "≥ 0.99",
+                met(retrieval["hnsw_recall_at_10"], TARGETS["hnsw_recall_at_10"]),
+            ),
+        ]
+    if metrics and not _status(metrics):
+        shape = f"{num(metrics['queries'])} queries × depth {num(metrics['depth'])}"
+        rows += [
+            (
+                f"metrics, evaluate_run on a dict run, {shape} (s)",
+                num(metrics["ragbench_dict_s"]),
+                f"pytrec_eval {num(metrics['pytrec_eval_s'])}",
+                ratio(metrics["speed_dict"]),
+                "–",
+                "–",
+            ),
+            (
+                f"metrics, evaluate on Ranking arrays, {shape} (s)",
+                num(metrics["ragbench_arrays_s"]),
+                f"pytrec_eval {num(metrics['pytrec_eval_s'])}",
+                ratio(metrics["speed_arrays"]),
+                "–",
+                "–",
+            ),
+            (
+                "metrics, max per-query difference to pytrec_eval",
+                f"{metrics['max_abs_diff']:.1e}",
+                "–",
+                "–",
+                "≤ 1e-9",
+                met(metrics["max_abs_diff"], 1e-9, lower_is_better=True),
+            ),
+            (
+                "metrics, import + first call in a fresh process (s)",
+                num(metrics["cold_start_s"], 3),
+                "–",
+                "–",
+                "–",
+                "–",
+            ),
+        ]
+    if embed and not _status(embed):
+        rows.append(
+            (
+                f"embedding, {embed['texts']} SciFact abstracts (texts/s)",
+                num(embed["ragbench_per_s"], 1),
+                f"SentenceTransformer.encode {num(embed['direct_per_s'], 1)}",
+                ratio(embed["ratio"]),
+                "≥ 0.95x",
+                met(embed["ratio"], TARGETS["embed_ratio"]),
+            )
+        )
+    if rows:
+        lines.append(
+            table(
+                [
+                    "measurement",
+                    "ragbench",
+                    "reference",
+                    "ratio (>1: ragbench faster)",
+                    "target",
+                    "met",
+                ],
+                rows,
+            )
+        )
+    else:
+        lines.append("_No comparison was measured in this run._")
+    notes = []
+    for key in ("retrieval", "metrics", "embed"):
+        status = _status(sections.get(key))
+        if status:
+            notes.append(f"{SECTION_TITLES[key]}: {status}")
+    if retrieval and not _status(retrieval):
+        builds = ", ".join(f"{r['label']} {r['build_s']:.2f} s" for r in retrieval["bm25"])
+        notes.append(
+            f"BM25 over {num(retrieval['documents'])} {retrieval['dataset']} documents, "
+            f"k={retrieval['k']}; "
+            f"index builds (not in the ratios): {builds}. Dense vectors: {retrieval['dense_note']}"
+            + (
+                "."
+                if retrieval["real_vectors"]
+                else " — **random vectors**: hnsw recall on real embeddings differs."
+            )
+        )
+    if embed and not _status(embed):
+        notes.append(
+            f"Embedding: model `{Path(embed['model']).name}`, batch {embed['batch_size']}, "
+            "max_seq_length "
+            f"{embed['max_seq_length']}, mean {embed['mean_chars']:.0f} characters per text; "
+            f"ragbench {num(embed['ragbench_s'], 2)} s vs direct {num(embed['direct_s'], 2)} s "
+            "(fastest of the "
+            f"passes, run alternately); largest difference between the two sets of vectors "
+            f"{embed['max_abs_diff']:.1e}."
+        )
+    if notes:
+        lines += ["", *(f"- {n}" for n in notes)]
+    return lines
+
+
+def _engine(section: dict[str, Any] | None) -> list[str]:
+    lines = ["### Engine: 12-trial sweep, one chunker and one embedder", ""]
+    status = _status(section)
+    if status:
+        return [*lines, status]
+    assert section is not None
+    rows = [
+        (
+            "corpus embedded (times)",
+            num(section["embedded_times"], 2),
+            "1",
+            met(section["embedded_times"], 1.0, True),
+        ),
+        ("cold sweep (s, fresh stage cache)", num(section["cold_s"], 2), "–", "–"),
+        ("warm sweep (s, same cache)", num(section["warm_s"], 2), "–", "–"),
+        (
+            "warm / cold",
+            f"{100 * section['warm_over_cold']:.1f}%",
+            "≤ 5%",
+            met(section["warm_over_cold"], TARGETS["warm_over_cold"], True),
+        ),
+        (
+            f"one hybrid trial through the engine (s, cold, best of {section.get('repeat', 1)})",
+            num(section["engine_trial_s"], 2),
+            "–",
+            "–",
+        ),
+        ("the same trial by hand (s)", num(section["direct_trial_s"], 2), "–", "–"),
+        (
+            "engine overhead",
+            f"{100 * section['overhead']:+.1f}%",
+            "≤ 10%",
+            met(section["overhead"], TARGETS["overhead"], True),
+        ),
+    ]
+    lines += [
+        f"Dataset `{section['dataset']}`, {section['trials']} trials, "
+        f"{section['queries']} queries, "
+        f"{section['distinct_chunks']} distinct chunks, embedder `{section['embedder']}`.",
+        "",
+        table(["figure", "value", "target", "met"], rows),
+        "",
+        "The engine trial includes what a run directory needs beyond the hand-written pipeline: "
+        "loading the dataset into a run context, per-query timing of every stage, writing every "
+        "stage artifact to the cache, metric@k curves and the run files.",
+    ]
+    return lines
+
+
+def _rerank_latency(section: dict[str, Any] | None) -> list[str]:
+    lines = ["### Cross-encoder latency per query", ""]
+    status = _status(section)
+    if status:
+        return [*lines, status]
+    assert section is not None
+    rows = [
+        (
+            num(r["candidates"]),
+            num(r["p50_ms"], 1),
+            num(r["p95_ms"], 1),
+            num(r["pairs_per_s"], 0),
+            num(r["bm25_p50_ms"], 2),
+            r["status"],
+            "this run" if r["fresh"] else "stage cache",
+        )
+        for r in section["latency"]
+    ]
+    if section["latency_model"] == "tiny-cross-encoder":
+        model = "`tiny-cross-encoder` (randomly initialised BERT, hidden 32, 2 layers; tiny run)"
+    else:
+        model = (
+            f"`{section['latency_model']}` (randomly initialised; the architecture of "
+            "cross-encoder/ms-marco-MiniLM-L-6-v2: BERT, hidden 384, 6 layers, 12 heads, "
+            "intermediate 1536, max length 512)"
+        )
+    lines += [
+        f"{model}, reranking BM25's top candidates for the first "
+        f"{section['latency_queries']} SciFact test queries, one query at a time "
+        f"(run directory `{section['latency_run']}`, columns `latency.rerank.p50_ms` / `p95_ms`).",
+        "",
+        table(
+            [
+                "candidates",
+                "rerank p50 ms",
+                "rerank p95 ms",
+                "pairs/s at p50",
+                "BM25 p50 ms",
+                "status",
+                "measured",
+            ],
+            rows,
+        ),
+        "",
+        "Random weights: the ranking quality of this model is meaningless; the latency is real "
+        "(it depends on the architecture and input lengths, not on the weights). A rerank stage "
+        'found in the stage cache ("measured: stage cache") reports the latency measured when '
+        "it was first built, by this benchmark's code (`python -m benchmarks.bench_rerank` or an "
+        "earlier `--full`); delete those artifacts or use a fresh `--cache` to measure again.",
+    ]
+    return lines
+
+
+def _memory(section: dict[str, Any] | None) -> list[str]:
+    lines = ["### Peak memory of the SciFact sweep", ""]
+    status = _status(section)
+    if status:
+        return [*lines, status]
+    assert section is not None
+    rebuilt = set(section["rebuilt"])
+    model = (
+        "the embedding model was loaded (document or query vectors were rebuilt)"
+        if rebuilt & {"doc_vectors", "query_vectors"}
+        else "no embedding model was loaded: every vector came from the stage cache"
+    )
+    lines.append(
+        f"{section['peak_rss_mb']:.0f} MB: the largest `peak_rss_mb` in "
+        f"`{section['run']}/trials.parquet` "
+        "(the process's resident-set high-water mark, `ru_maxrss`, after each trial; this sweep "
+        f"runs first in the benchmark process). In this run {model}."
+    )
+    return lines
+
+
+def render(results: dict[str, Any]) -> str:
+    """RESULTS.md for one benchmark run."""
+    s = results["sections"]
+    parts = [
+        _header(results),
+        _regenerate(),
+        _machine(results),
+        _overview(results),
+        ["## Quality"],
+        _scifact(s.get("scifact")),
+        _chunking(s.get("chunking")),
+        _tuned(s.get("tuned")),
+        _rerank_proof(s.get("rerank")),
+        ["## Speed"],
+        _speed(s),
+        _engine(s.get("engine")),
+        _rerank_latency(s.get("rerank")),
+        _memory(s.get("scifact")),
+    ]
+    return "\n\n".join("\n".join(p) for p in parts) + "\n"
+
+
+def write(results: dict[str, Any], path: Path) -> Path:
+    """Render ``results`` to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(results), encoding="utf-8")
+    return path
