@@ -184,7 +184,11 @@ def plan(trial: Trial, config: ExperimentConfig, corpus_key: str, queries_key: s
     last = "bm25" if retriever.kind == "bm25" else "dense"
     if retriever.kind == "hybrid":
         fusion = component_key(retriever.fusion)  # type: ignore[attr-defined]
-        keys["fusion"] = stage_key("fusion", keys["dense"], keys["bm25"], fusion, first)
+        # per-document fusion (bm25_chunker) takes ``depth`` documents from each list
+        per_document = ["documents", retriever.depth] if "bm25_chunks" in keys else []  # type: ignore[attr-defined]
+        keys["fusion"] = stage_key(
+            "fusion", keys["dense"], keys["bm25"], fusion, first, *per_document
+        )
         last = "fusion"
     if trial.reranker.kind != "none":
         reranker = component_key(trial.reranker)
@@ -260,7 +264,13 @@ def _execute(ctx: Context, trial: Trial, result: TrialResult) -> None:
         if "bm25_chunks" in keys:
             dense_list, bm25_list = lists[0].ranking, lists[1].ranking
             fused = lambda: _fuse_documents(  # noqa: E731
-                fusion, dense_list, table, bm25_list, lexical_table, first
+                fusion,
+                dense_list,
+                table,
+                bm25_list,
+                lexical_table,
+                retriever.depth,  # type: ignore[attr-defined]
+                first,
             )
         else:
             fused = lambda: stage_fns.fuse(fusion, [t.ranking for t in lists], first)  # noqa: E731
@@ -288,13 +298,19 @@ def _execute(ctx: Context, trial: Trial, result: TrialResult) -> None:
 
 
 def _fuse_documents(
-    fusion: Any, dense: Ranking, table: ChunkTable, bm25: Ranking, bm25_table: ChunkTable, k: int
+    fusion: Any,
+    dense: Ranking,
+    table: ChunkTable,
+    bm25: Ranking,
+    bm25_table: ChunkTable,
+    depth: int,
+    k: int,
 ) -> tuple[Ranking, np.ndarray]:
-    """Fuse two chunkings per document, then show each document by its best dense chunk
-    (or, when the dense list missed it, its first chunk)."""
-    fused, seconds = stage_fns.fuse(
-        fusion, [document_ranking(dense, table), document_ranking(bm25, bm25_table)], k
-    )
+    """Fuse two chunkings per document — the top ``depth`` documents of each list, as the
+    hybrid's ``depth`` promises — then show each document by its best dense chunk (or, when
+    the dense list missed it, its first chunk)."""
+    lists = [document_ranking(dense, table), document_ranking(bm25, bm25_table)]
+    fused, seconds = stage_fns.fuse(fusion, [ranking.head(depth) for ranking in lists], k)
     doc_of = dict(zip(table.ids, table.doc_ids, strict=True))
     rows = []
     for i in range(len(fused.ids)):
