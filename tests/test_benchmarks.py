@@ -119,6 +119,14 @@ def test_tiny_results_scifact_parts(tiny_results: str) -> None:
     tuned = _table(tiny_results, "### Tuned SciFact sweep")
     if TUNED.exists():
         assert tuned and all(_is_number(r[2]) and _is_number(r[3]) for r in tuned), tuned
+        published = _table(tiny_results, "Against the published SciFact numbers")
+        on_test = {r[0]: r[3] for r in tuned}  # metric -> the chosen trial on test
+        assert {r[1] for r in published} >= {"BM25 (Anserini flat)", "all-MiniLM-L6-v2 (MTEB)"}
+        for metric, _, reference, ours, delta, _ in published:
+            assert ours == on_test[metric]
+            assert float(delta.split()[0]) == pytest.approx(
+                float(ours) - float(reference), abs=2e-4
+            )
     memory = tiny_results.split("### Peak memory of the SciFact sweep", 1)[1]
     assert re.search(r"\n\d+ MB: ", memory)
 
