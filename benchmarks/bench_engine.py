@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.timing import best_time
 from ragbench.data import load_dataset
 from ragbench.evaluate.labels import ChunkTable, evaluate_chunks
 from ragbench.evaluate.metrics import relevant_query_ids
@@ -62,9 +63,9 @@ def sweep_config(dataset: str, embedder: dict[str, Any] = EMBEDDER) -> dict:
 
 
 def _timed_run(config: dict, out: Path, cache: Path, limit: int | None) -> tuple[float, object]:
-    started = time.perf_counter()
-    result = runner.run(config, out, cache_root=cache, limit_queries=limit, progress=False)
-    return time.perf_counter() - started, result
+    return best_time(
+        lambda: runner.run(config, out, cache_root=cache, limit_queries=limit, progress=False), 1
+    )
 
 
 def direct_trial(dataset: str, limit: int | None, embedder: dict[str, Any] = EMBEDDER) -> float:

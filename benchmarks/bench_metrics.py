@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from benchmarks.timing import best_time
 
 RAGBENCH_METRICS = ["ndcg@10", "recall@100", "map", "mrr@10", "precision@10"]
 PYTREC_MEASURES = {"ndcg_cut.10", "recall.100", "map", "recip_rank", "P.10"}
@@ -48,16 +49,6 @@ def synthetic(
         judged = np.concatenate([retrieved, rng.choice(corpus, size=n_judged - len(retrieved))])
         qrels[f"q{q}"] = {f"doc{d}": int(rng.integers(0, 4)) for d in judged}
     return qrels, run
-
-
-def best_time(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
-    """Fastest of ``repeat`` calls, and the last result."""
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
 
 
 def cold_start_seconds(repeat: int) -> float:

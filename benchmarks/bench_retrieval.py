@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks.timing import best_time
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATASET = REPO.parent / "shared" / "datasets" / "beir" / "scifact"
@@ -45,16 +46,6 @@ def load_scifact(
     test_ids = list(dict.fromkeys(line.split("\t")[0] for line in lines))[:n_queries]
     ids = [d["_id"] for d in docs]
     return ids, [f"{d['title']} {d['text']}" for d in docs], [texts[q] for q in test_ids]
-
-
-def best_time(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
-    """Fastest of ``repeat`` calls, and the last result."""
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
 
 
 def bench_bm25(
