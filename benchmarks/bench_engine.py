@@ -21,14 +21,17 @@ import numpy as np
 
 from benchmarks.timing import best_time
 from ragbench.data import load_dataset
-from ragbench.evaluate.labels import ChunkTable, evaluate_chunks
+from ragbench.evaluate.labels import evaluate_chunks
 from ragbench.evaluate.metrics import relevant_query_ids
 from ragbench.experiment import runner
 from ragbench.experiment.config import load_config
+from ragbench.experiment.trial import RunSpec, context
 from ragbench.index.dense import ExactStore
 from ragbench.index.sparse import BM25Index
-from ragbench.registry import registry
-from ragbench.retrieve import retriever as stages
+from ragbench.registry import components
+from ragbench.retrieve.retriever import fuse
+from ragbench.retrieve.timed import embed_queries, per_query
+from ragbench.text.chunk_table import ChunkTable
 from ragbench.text.chunkers import build_chunker, chunk_documents
 
 CHUNKER = {"kind": "recursive", "size": 400, "overlap": 0}
@@ -76,15 +79,15 @@ def direct_trial(dataset: str, limit: int | None, embedder: dict[str, Any] = EMB
     queries = [q for q in labeled.queries if q.id in wanted][:limit]
     texts = [q.text for q in queries]
     chunks = chunk_documents(build_chunker(CHUNKER), labeled.documents)
-    model = registry("embedder").build(registry("embedder").parse(embedder))
+    model = components("embedder").build(components("embedder").parse(embedder))
     store = ExactStore()
     store.add([c.id for c in chunks], model.embed([c.text for c in chunks]))
     bm25 = BM25Index()
     bm25.add([c.id for c in chunks], [c.text for c in chunks])
-    vectors, _ = stages.embed_queries(model, texts)
-    dense, _ = stages.dense_search(store, vectors, 100)
-    sparse, _ = stages.sparse_search(bm25, texts, 100)
-    fused, _ = stages.fuse(registry("fusion").build({"kind": "rrf"}), [dense, sparse], 60)
+    vectors, _ = embed_queries(model, texts)
+    dense, _ = per_query(lambda s: store.search(vectors[s], 100), len(texts), 100)
+    sparse, _ = per_query(lambda s: bm25.search(texts[s], 100), len(texts), 100)
+    fused, _ = fuse(components("fusion").build({"kind": "rrf"}), [dense, sparse], 60)
     evaluate_chunks(
         fused, [q.id for q in queries], ChunkTable.from_chunks(chunks), labeled, METRICS, depth=20
     )
@@ -106,8 +109,8 @@ def measure(
             return measure(dataset, limit_queries, embedder, Path(tmp), repeat)
     config = sweep_config(dataset, embedder)
     cold_s, cold = _timed_run(config, work / "cold", work / "cache", limit_queries)
-    spec = runner.RunSpec(load_config(config), limit_queries, str(work / "cache"))
-    model = runner.context(spec).embedder(registry("embedder").parse(embedder))
+    spec = RunSpec(load_config(config), limit_queries, str(work / "cache"))
+    model = context(spec).env.embedder(components("embedder").parse(embedder))
     docs = load_dataset(dataset).documents
     distinct = len({c.text for c in chunk_documents(build_chunker(CHUNKER), docs)})
     embedded = (model.stats.texts - model.stats.queries) / distinct

@@ -37,7 +37,9 @@ import yaml
 
 from ragbench.experiment import runner
 from ragbench.experiment.config import ExperimentConfig, expand, load_config
+from ragbench.experiment.trial import RunSpec, chunk_depth, context
 from ragbench.index.cache import default_cache_root
+from ragbench.retrieve.graph import Execution
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "datasets"
@@ -159,7 +161,7 @@ def scifact_reproduce(
         "metrics": metrics,
         "systems": systems,
         "peak_rss_mb": float(trials["peak_rss_mb"].max()),
-        "depth": runner.chunk_depth(config, expand(config)[0]),
+        "depth": chunk_depth(config, expand(config)[0]),
         "embedder": _embedder(trials),
     }
     exact, hnsw = systems.get("dense-exact"), systems.get("dense-hnsw")
@@ -215,11 +217,11 @@ def _chunk_sizes(config: ExperimentConfig, limit: int | None, root: str) -> dict
     from ragbench.text.tokenize import token_counter
 
     counter = token_counter("tokens", "cl100k")
-    ctx = runner.context(runner.RunSpec(config, limit, root))
+    ctx = context(RunSpec(config, limit, root))
     out = {}
     for trial in expand(config):
-        keys = runner.plan(trial, config, ctx.labeled.corpus_fingerprint, ctx.queries_key)
-        chunks, _ = ctx.cache.chunks(keys["chunks"], ctx.labeled.documents, trial.chunker)
+        plan = ctx.plan(trial)
+        chunks = Execution(plan, ctx.env, ctx.cache)[plan.chunks].chunks
         sizes = [counter.count(c.text) for c in chunks]
         out[trial.id] = {"mean_tokens": float(np.mean(sizes)), "chunks": len(chunks)}
     return out

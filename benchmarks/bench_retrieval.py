@@ -151,14 +151,15 @@ def cached_minilm_vectors(
 ) -> tuple[np.ndarray, np.ndarray, str] | None:
     """SciFact's MiniLM document and test-query vectors from the stage cache, if present.
 
-    The keys come from the library (``runner.plan`` of the config's exact dense trial), so the
+    The keys come from the library (the plan of the config's exact dense trial), so the
     vectors are the ones a finished ``scifact-reproduce`` / ``scifact`` run embedded; nothing is
     computed here. Returns (document vectors in corpus order, query vectors in qrels order,
     a note naming the config), or None when no config's vectors are cached.
     """
-    from ragbench.experiment import runner
     from ragbench.experiment.config import expand, load_config
+    from ragbench.experiment.trial import RunSpec, context
     from ragbench.index.cache import default_cache_root
+    from ragbench.retrieve.graph import Execution
 
     root = str(cache_root or default_cache_root())
     for path in configs:
@@ -167,18 +168,16 @@ def cached_minilm_vectors(
         config = load_config(path)
         if not Path(config.dataset_path()).exists():
             continue
-        trials = [t for t in expand(config) if t.retriever.kind == "dense"]
+        trials = [t for t in expand(config) if t["retriever"].kind == "dense"]
         if not trials:
             continue
-        trial = trials[0]
-        ctx = runner.context(runner.RunSpec(config, None, root))
-        keys = runner.plan(trial, config, ctx.labeled.corpus_fingerprint, ctx.queries_key)
-        if not all(ctx.cache.has(s, keys[s]) for s in ("chunks", "doc_vectors", "query_vectors")):
+        ctx = context(RunSpec(config, None, root))
+        plan = ctx.plan(trials[0])
+        wanted = [plan.stages[s] for s in ("chunks", "doc_vectors", "query_vectors")]
+        if not all(ctx.cache.has(s.area, s.key) for s in wanted):
             continue
-        embedder = ctx.embedder(trial.embedder)  # type: ignore[arg-type]  # not loaded: cached
-        chunks, _ = ctx.cache.chunks(keys["chunks"], ctx.labeled.documents, trial.chunker)
-        docs = ctx.cache.doc_vectors(keys["doc_vectors"], chunks, embedder)
-        queries = ctx.cache.query_vectors(keys["query_vectors"], ctx.query_texts, embedder)
+        cached = Execution(plan, ctx.env, ctx.cache)  # loads; nothing is embedded
+        docs, queries = cached["doc_vectors"], cached["query_vectors"]
         note = f"the stage cache of {path.name} (MiniLM)"
         return np.asarray(docs, dtype=np.float32), queries.vectors, note
     return None

@@ -19,17 +19,20 @@ _EXPORTS = {
     "ConfigError": "ragbench.errors",
     "DataError": "ragbench.errors",
     "RagbenchError": "ragbench.errors",
-    "registry": "ragbench.registry",
+    "components": "ragbench.registry",
     "build_chunker": "ragbench.text.chunkers",
     "chunk_documents": "ragbench.text.chunkers",
     "load": "ragbench.text.loaders",
     "load_dataset": "ragbench.data",
     "LabeledSet": "ragbench.data",
     "RAGPipeline": "ragbench.pipeline",
-    "Retriever": "ragbench.retrieve.retriever",
     "load_config": "ragbench.experiment.config",
     "run": "ragbench.experiment.runner",
+    "dry_run": "ragbench.experiment.runner",
     "RunResult": "ragbench.experiment.runner",
+    "evaluate": "ragbench.evaluate.metrics",
+    "evaluate_run": "ragbench.evaluate.metrics",
+    "Report": "ragbench.report.report",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -325,16 +325,30 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     from ragbench.text.loaders import load
 
     target = _collection_dir(args)
-    if (target / "pipeline.json").exists():
-        if args.config:
-            raise ConfigError(f"--config: collection {args.collection!r} exists; its config stays")
+    if args.source is None and args.from_run is None:
+        raise ConfigError("ingest: give --source PATH, --from-run RUN --trial ID, or both")
+    if (args.from_run is None) != (args.trial is None):
+        raise ConfigError("--from-run and --trial go together (--trial ID, or --trial best)")
+    exists = (target / "pipeline.json").exists()
+    if exists and (args.config or args.from_run):
+        flag = "--config" if args.config else "--from-run"
+        raise ConfigError(f"{flag}: collection {args.collection!r} exists; its config stays")
+    if args.config and args.from_run:
+        raise ConfigError("--config and --from-run: give one (the trial is the config)")
+    if exists:
         pipeline = RAGPipeline.open(target)
+    elif args.from_run:
+        pipeline = RAGPipeline.from_trial(args.from_run, args.trial)
+        print(
+            f"trial {args.trial}: {pipeline.trial.label}, {len(pipeline.document_ids)} "
+            "documents of the run's corpus"
+        )
     else:
         spec = _json_arg("--config", args.config) if args.config else {}
         pipeline = RAGPipeline.from_config(spec)
-    report = pipeline.index(load(Path(args.source)))
+    if args.source is not None:
+        print(pipeline.index(load(Path(args.source))))
     pipeline.save(target)
-    print(report)
     print(f"collection {args.collection!r}: {len(pipeline.chunks)} chunks in {target}")
     return 0
 
@@ -369,14 +383,23 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 def _add_collections(sub: argparse._SubParsersAction) -> None:
     db_help = "collections folder (default: RAGBENCH_DB or ~/.local/share/ragbench)"
-    ingest = sub.add_parser("ingest", help="index a file or folder into a persistent collection")
-    ingest.add_argument("--source", required=True, help="file or directory to index")
+    ingest = sub.add_parser(
+        "ingest",
+        help="index a file or folder into a persistent collection, or deploy a sweep's trial",
+    )
+    ingest.add_argument("--source", help="file or directory to index")
+    ingest.add_argument(
+        "--from-run",
+        metavar="RUN",
+        help="a run directory: the collection runs its trial --trial over the run's corpus",
+    )
+    ingest.add_argument("--trial", metavar="ID", help="trial id of --from-run, or 'best'")
     ingest.add_argument("--collection", default="default", help="collection name")
     ingest.add_argument("--db", help=db_help)
     ingest.add_argument(
         "--config",
-        help='pipeline spec for a new collection as JSON, e.g. \'{"chunker": {"kind": '
-        '"recursive", "size": 400}, "store": {"kind": "hnsw"}}\'',
+        help="pipeline spec for a new collection as JSON, one component per axis, e.g. "
+        '\'{"chunker": {"kind": "recursive", "size": 400}, "retriever": {"kind": "bm25"}}\'',
     )
     ingest.set_defaults(func=_cmd_ingest)
     search = sub.add_parser("search", help="query a collection")

@@ -1,16 +1,26 @@
-"""RAGPipeline: index documents, keep them up to date, retrieve, and expose retrieval as a tool.
+"""RAGPipeline: a trial deployed — index documents, keep them up to date, retrieve, and expose
+retrieval as a tool.
 
-For applications and notebooks. Re-indexing a document id replaces its chunks (the old version
-stays if the new one fails to chunk or embed); unchanged documents (same content hash) are not
-re-embedded; a pipeline saves to a directory (dense store + BM25 + chunk table + config) and
-reopens in another process, which is what ``ragbench ingest`` / ``ragbench search`` use.
+A pipeline runs the very stage plan a sweep's trial runs (``ragbench.retrieve.graph``): its
+index-time stages are kept live in memory (chunk sets, dense and BM25 indexes) and updated
+document by document; its query-time stages run per call without the cache. Every trial is
+deployable: ``RAGPipeline.from_trial(run_dir, trial_id)`` builds the trial's indexes from the
+run's corpus through the stage cache (no re-embedding when the sweep already did it), so the
+pipeline returns exactly what the sweep scored.
+
+Re-indexing a document id replaces its chunks (the old version stays if the new one fails to
+chunk or embed); unchanged documents (same content hash) are not re-embedded; a pipeline saves to
+a directory and reopens in another process, which is what ``ragbench ingest`` / ``ragbench
+search`` use.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import os
+import re
 import secrets
 import shutil
 import time
@@ -20,43 +30,50 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import numpy as np
 
+from ragbench.data import load_dataset
 from ragbench.errors import ConfigError, DataError
-from ragbench.index.sparse import BM25Config, BM25Index
-from ragbench.protocols import Chunker, DenseStore, Embedder, Fusion, Reranker
-from ragbench.registry import component_field, format_validation_error, registry
+from ragbench.evaluate.metrics import best_index
+from ragbench.experiment.config import Trial, expand, load_config, make_trial
+from ragbench.experiment.store import RunStore
+from ragbench.index.cache import StageCache
+from ragbench.protocols import Embedder
+from ragbench.registry import axes, components
+from ragbench.retrieve.artifacts import ChunkSet
 from ragbench.retrieve.assemble import quote_untrusted, sanitize_attribute, system_notice
-from ragbench.retrieve.retriever import Retriever
-from ragbench.text.chunkers import chunk_documents
-from ragbench.types import Chunk, Document, Hit
+from ragbench.retrieve.graph import Env, Execution, Plan, Stage, compile_plan
+from ragbench.retrieve.postprocess import apply_threshold
+from ragbench.retrieve.timed import percentiles_ms
+from ragbench.types import Chunk, Document, Hit, Ranking
 
-__all__ = ["IndexReport", "PipelineConfig", "RAGPipeline", "RetrievalTool"]
+__all__ = ["IndexReport", "RAGPipeline", "Retrieval", "RetrievalTool", "pipeline_trial"]
 
 _BATCH_DOCS = 64
+_DEFAULTS: dict[str, dict[str, Any]] = {
+    "chunker": {"kind": "recursive", "size": 800, "overlap": 100},
+    "retriever": {"kind": "hybrid", "store": {"kind": "hnsw"}, "depth": 50},
+}
 
 
-def _spec(family: str, spec: Mapping[str, Any]) -> Any:
-    return Field(default_factory=lambda: registry(family).parse(dict(spec)))
-
-
-class PipelineConfig(BaseModel):
-    """Everything needed to rebuild a pipeline: one spec per component."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    chunker: component_field("chunker") = _spec(  # type: ignore[valid-type]
-        "chunker", {"kind": "recursive", "size": 800, "overlap": 100}
-    )
-    embedder: component_field("embedder") = _spec(  # type: ignore[valid-type]
-        "embedder", {"kind": "sentence-transformers"}
-    )
-    store: component_field("dense") = _spec("dense", {"kind": "hnsw"})  # type: ignore[valid-type]
-    bm25: BM25Config | None = Field(default_factory=BM25Config)
-    fusion: component_field("fusion") = _spec("fusion", {"kind": "rrf"})  # type: ignore[valid-type]
-    reranker: component_field("reranker") | None = None  # type: ignore[valid-type]
-    depth: int = Field(50, gt=0)
-    score_threshold: float | None = None
+def pipeline_trial(spec: Mapping[str, Any] | Trial | None = None) -> Trial:
+    """The trial a pipeline spec describes: one component spec per axis (``chunker``,
+    ``embedder``, ``retriever``, ``reranker``, ...); missing axes take the pipeline defaults
+    (recursive 800/100 chunks, hybrid retrieval over an hnsw store)."""
+    if isinstance(spec, Trial):
+        return spec
+    given = dict(spec or {})
+    known = {a.name: a for a in axes()}
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ConfigError(f"pipeline.{unknown[0]}: unknown key; allowed: {', '.join(known)}")
+    picked = {}
+    for name, axis in known.items():
+        value = given.get(name, _DEFAULTS.get(name, axis.default))
+        if value is None:
+            raise ConfigError(f"pipeline.{name}: required")
+        picked[name] = components(name).parse(value, f"pipeline.{name}")
+    return make_trial(picked)
 
 
 @dataclass
@@ -85,6 +102,21 @@ class IndexReport:
 
     def _repr_html_(self) -> str:
         return "<pre>" + html.escape(str(self)) + "</pre>"
+
+
+@dataclass
+class Retrieval:
+    """A ranking of chunk ids plus the wall time of every stage, in seconds per query."""
+
+    ranking: Ranking
+    timings: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def latency_ms(self) -> dict[str, tuple[float, float]]:
+        """(p50, p95) in milliseconds per stage, and for the total."""
+        out = {s: percentiles_ms(t) for s, t in self.timings.items()}
+        if self.timings:
+            out["total"] = percentiles_ms(np.sum(list(self.timings.values()), axis=0))
+        return out
 
 
 @dataclass(frozen=True)
@@ -137,54 +169,93 @@ class RetrievalTool:
 
 
 class RAGPipeline:
-    """Chunker + embedder + dense store (+ BM25, fusion, reranker) over a changing corpus."""
+    """A trial's stages over a changing corpus: index, update, delete, search, retrieve."""
 
-    def __init__(
-        self,
-        chunker: Chunker,
-        embedder: Embedder,
-        store: DenseStore,
-        bm25: BM25Index | None = None,
-        fusion: Fusion | None = None,
-        reranker: Reranker | None = None,
-        *,
-        depth: int = 50,
-        score_threshold: float | None = None,
-        config: PipelineConfig | None = None,
-    ) -> None:
-        self.chunker, self.embedder = chunker, embedder
-        self.retriever = Retriever(
-            embedder, store, bm25, fusion, reranker, depth=depth, score_threshold=score_threshold
-        )
-        self.config = config
-        self.chunks: dict[str, Chunk] = {}
-        self._docs: dict[str, tuple[str, list[str]]] = {}  # doc id → (content hash, chunk ids)
+    def __init__(self, trial: Trial, *, score_threshold: float | None = None) -> None:
+        self.trial = trial
+        self.score_threshold = score_threshold
+        self.env = Env(warm_up=False)
+        self._plans: dict[int, Plan] = {}
+        self._index = self.plan(1).index_stages()
+        self._live: dict[str, Any] = {}
+        # doc id → (content hash, chunk ids per chunks stage)
+        self._docs: dict[str, tuple[str, dict[str, list[str]]]] = {}
 
     @classmethod
-    def from_config(cls, config: PipelineConfig | Mapping[str, Any] | None = None) -> RAGPipeline:
-        """Build every component from specs (the form a saved collection records)."""
-        if not isinstance(config, PipelineConfig):
-            try:
-                config = PipelineConfig.model_validate(dict(config or {}))
-            except ValidationError as exc:
-                raise ConfigError(format_validation_error("pipeline", exc)) from None
-        build = lambda family, spec: registry(family).build(spec)  # noqa: E731
-        return cls(
-            build("chunker", config.chunker),
-            build("embedder", config.embedder),
-            build("dense", config.store),
-            BM25Index(config.bm25) if config.bm25 is not None else None,
-            build("fusion", config.fusion) if config.bm25 is not None else None,
-            build("reranker", config.reranker) if config.reranker is not None else None,
-            depth=config.depth,
-            score_threshold=config.score_threshold,
-            config=config,
-        )
+    def from_config(
+        cls, config: Mapping[str, Any] | Trial | None = None, score_threshold: float | None = None
+    ) -> RAGPipeline:
+        """A pipeline of the components ``config`` names per axis (see ``pipeline_trial``)."""
+        return cls(pipeline_trial(config), score_threshold=score_threshold)
+
+    @classmethod
+    def from_trial(cls, run: str | Path, trial_id: str) -> RAGPipeline:
+        """The pipeline of a finished trial of a run directory, indexing the run's corpus.
+
+        Its indexes come from the stage cache the run used (built there when missing), so the
+        pipeline returns the rankings the run scored. ``trial_id`` may be ``best`` (the best
+        finished trial on the run's first metric).
+        """
+        store = RunStore(run)
+        manifest = store.manifest()
+        trial = _find_trial(store, manifest, trial_id)
+        dataset = manifest["dataset"]
+        fmt = manifest["config"]["dataset"].get("format")
+        labeled = load_dataset(dataset["path"], format=fmt, split=dataset["split"])
+        pipeline = cls(trial)
+        cache = StageCache(Path(manifest["cache_root"]))
+        env = dataclasses.replace(pipeline.env, corpus=labeled.documents)
+        env.embeddings = cache.embeddings
+        sources = {"corpus": labeled.corpus_fingerprint}
+        plan = compile_plan(trial.configs, 1, sources)
+        built = Execution(plan, env, cache)
+        for stage in plan.index_stages():
+            if stage.name in pipeline._kept():
+                pipeline._live[stage.name] = built[stage.name]
+        pipeline._docs = pipeline._bookkeeping(labeled.documents)
+        return pipeline
+
+    # ------------------------------------------------------------ plan and resources
+
+    def plan(self, k: int) -> Plan:
+        """The trial's plan for ``k`` hits per query (no cache keys: it runs in memory)."""
+        if k not in self._plans:
+            self._plans[k] = compile_plan(self.trial.configs, k)
+        return self._plans[k]
+
+    def _kept(self) -> set[str]:
+        """Index-time stages kept live: chunk sets, indexes, and document vectors a query-time
+        stage reads (only while they match the chunks; see ``_index_batch``)."""
+        plan = self.plan(1)
+        read = {i for s in plan.stages.values() if not s.index for i in s.inputs}
+        return {s.name for s in self._index if s.area != "doc_vectors" or s.name in read}
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The trial's embedder (None for a BM25-only pipeline)."""
+        config = self.trial.get("embedder")
+        return None if config is None else self.env.embedder(config)
+
+    @property
+    def chunks(self) -> dict[str, Chunk]:
+        """The indexed chunks by id (of the chunking results refer to)."""
+        chunks = self._live.get(self.plan(1).chunks)
+        return chunks.by_id if chunks is not None else {}
 
     @property
     def document_ids(self) -> list[str]:
         """Ids of the indexed documents."""
         return list(self._docs)
+
+    def _bookkeeping(self, docs: Sequence[Document]) -> dict[str, tuple[str, dict]]:
+        by_doc: dict[str, dict[str, list[str]]] = {d.id: {} for d in docs}
+        for stage in self._index:
+            if stage.area == "chunks":
+                for chunk in self._live[stage.name].chunks:
+                    by_doc[chunk.doc_id].setdefault(stage.name, []).append(chunk.id)
+        return {d.id: (d.hash, by_doc[d.id]) for d in docs}
+
+    # ------------------------------------------------------------ indexing
 
     def index(self, source: Iterable[Document]) -> IndexReport:
         """Add new and changed documents; unchanged ones are skipped, failures reported."""
@@ -212,52 +283,122 @@ class RAGPipeline:
         return self.index([document])
 
     def _index_batch(self, docs: Sequence[Document], report: IndexReport) -> None:
-        chunked: list[tuple[Document, list[Chunk]]] = []
+        """Chunk and embed the batch with the plan's own stages, then swap it in."""
+        if not docs:
+            return
+        chunk_stages = [s for s in self._index if s.area == "chunks"]
+        fresh: dict[str, dict[str, list[Chunk]]] = {}  # doc id → chunks stage → chunks
         for doc in docs:
             try:
-                chunked.append((doc, chunk_documents(self.chunker, [doc])))
+                fresh[doc.id] = {
+                    s.name: list(s.compute(self.env, [doc]).chunks) for s in chunk_stages
+                }
             except Exception as exc:  # one bad document must not stop the rest
                 report.errors.append((doc.id, f"chunking failed: {exc}"))
-        chunks = [c for _, cs in chunked for c in cs]
-        if not chunks and not chunked:
-            return
+        batch = {
+            s.name: ChunkSet([c for doc in fresh.values() for c in doc[s.name]])
+            for s in chunk_stages
+        }
+        vectors: dict[str, np.ndarray] = {}
         try:
-            vectors = self.embedder.embed([c.text for c in chunks], "document") if chunks else None
+            for stage in self._index:
+                if stage.area == "doc_vectors" and self._feeds_index(stage):
+                    vectors[stage.name] = stage.compute(self.env, batch[stage.inputs[0]])
         except Exception as exc:  # keep the old versions, report the failure
-            report.errors.extend((doc.id, f"embedding failed: {exc}") for doc, _ in chunked)
+            report.errors.extend((doc_id, f"embedding failed: {exc}") for doc_id in fresh)
             return
-        old = [cid for doc, _ in chunked if doc.id in self._docs for cid in self._docs[doc.id][1]]
-        report.chunks_removed += len(old)
+        old = {doc_id: self._docs[doc_id][1] for doc_id in fresh if doc_id in self._docs}
+        report.chunks_removed += sum(len(ids) for ids in _main(old, self.plan(1)).values())
         self._drop(old)
-        self.retriever.add(chunks, vectors)
-        for doc, cs in chunked:
-            self._docs[doc.id] = (doc.hash, [c.id for c in cs])
-        self.chunks.update((c.id, c) for c in chunks)
-        report.documents_indexed += len(chunked)
-        report.chunks_created += len(chunks)
-        report.chunks_stored += len(chunks)
+        for stage in self._index:
+            self._extend(stage, batch, vectors)
+        for doc in docs:
+            if doc.id in fresh:
+                self._docs[doc.id] = (
+                    doc.hash,
+                    {s: [c.id for c in cs] for s, cs in fresh[doc.id].items()},
+                )
+        main = self.plan(1).chunks
+        report.documents_indexed += len(fresh)
+        report.chunks_created += len(batch[main])
+        report.chunks_stored += len(batch[main])
 
-    def _drop(self, chunk_ids: Sequence[str]) -> None:
-        if chunk_ids:
-            self.retriever.delete(chunk_ids)
-            for cid in chunk_ids:
-                self.chunks.pop(cid, None)
+    def _feeds_index(self, stage: Stage) -> bool:
+        return any(stage.name in s.inputs for s in self._index)
+
+    def _extend(self, stage: Stage, batch: Mapping[str, ChunkSet], vectors: dict) -> None:
+        """Add the batch to one live index-time value."""
+        live = self._live.get(stage.name)
+        if stage.area == "chunks":
+            before = live.chunks if live is not None else []
+            self._live[stage.name] = ChunkSet([*before, *batch[stage.name].chunks])
+        elif stage.area == "doc_vectors":
+            if stage.name in self._live:
+                self._live[stage.name] = None  # no longer aligned with the chunks: embed live
+        else:
+            values = [vectors[i] if i in vectors else batch[i] for i in stage.inputs]
+            if live is None:
+                self._live[stage.name] = stage.compute(self.env, *values)
+            elif stage.extend is not None:
+                self._live[stage.name] = stage.extend(live, *values)
+            else:
+                raise TypeError(f"stage {stage.name!r} cannot be updated in place")
+
+    def _drop(self, chunk_ids: Mapping[str, Mapping[str, list[str]]]) -> None:
+        """Remove the given documents' chunks (per chunks stage) from every live value."""
+        gone: dict[str, set[str]] = {}
+        for per_stage in chunk_ids.values():
+            for name, ids in per_stage.items():
+                gone.setdefault(name, set()).update(ids)
+        if not gone:
+            return
+        for stage in self._index:
+            live = self._live.get(stage.name)
+            if live is None:
+                continue
+            if stage.area == "chunks":
+                drop = gone.get(stage.name, set())
+                self._live[stage.name] = ChunkSet([c for c in live.chunks if c.id not in drop])
+            elif stage.area == "doc_vectors":
+                self._live[stage.name] = None
+            else:
+                stages = self.plan(1).stages
+                source = next(i for i in stage.inputs if stages[i].area == "chunks")
+                live.delete(sorted(gone.get(source, set())))
 
     def delete_document(self, doc_id: str) -> int:
         """Remove a document and its chunks; returns the number of chunks removed."""
         known = self._docs.pop(doc_id, None)
         if known is None:
             return 0
-        self._drop(known[1])
-        return len(known[1])
+        self._drop({doc_id: known[1]})
+        return len(known[1].get(self.plan(1).chunks, []))
+
+    # ------------------------------------------------------------ retrieval
+
+    def search(
+        self, queries: Sequence[str], k: int, filter: Mapping[str, Any] | None = None
+    ) -> Retrieval:
+        """Top-``k`` chunk ids per query through the trial's query-time stages, with each
+        stage's seconds per query (metadata ``filter``: exact match)."""
+        plan = self.plan(k)
+        env = dataclasses.replace(self.env, queries=list(queries), filter=filter)
+        provided = {s.name: self._live.get(s.name) for s in self._index if s.name in self._kept()}
+        if any(provided.get(s.name) is None for s in self._index if s.area != "doc_vectors"):
+            empty = np.full((len(queries), k), "", dtype=object)
+            return Retrieval(Ranking(empty, np.full((len(queries), k), -np.inf)))
+        execution = Execution(plan, env, provided=provided)
+        ranking = apply_threshold(execution.output.head(k), self.score_threshold)
+        return Retrieval(ranking, execution.latency())
 
     def retrieve(
         self, query: str, k: int = 5, filter: Mapping[str, Any] | None = None
     ) -> list[Hit]:
         """The top-``k`` chunks for ``query`` (metadata ``filter`` is an exact match)."""
-        ranking = self.retriever.search([query], k, filter).ranking
+        ranking = self.search([query], k, filter).ranking
+        chunks = self.chunks
         return [
-            Hit(self.chunks[cid], score, rank)
+            Hit(chunks[cid], score, rank)
             for rank, (cid, score) in enumerate(ranking.row(0), start=1)
         ]
 
@@ -283,23 +424,23 @@ class RAGPipeline:
         }
         return RetrievalTool(name, description, schema, self, format, k)
 
+    # ------------------------------------------------------------ persistence
+
     def save(self, path: Path | str) -> None:
         """Write the collection to ``path`` atomically (replacing an older copy)."""
-        if self.config is None:
-            raise ValueError("only pipelines built with from_config can be saved")
         target = Path(path)
         tmp = target.with_name(f".tmp-{uuid.uuid4().hex}-{target.name}")
         tmp.mkdir(parents=True)
-        (tmp / "pipeline.json").write_text(self.config.model_dump_json(indent=2), "utf-8")
-        with (tmp / "chunks.jsonl").open("w", encoding="utf-8") as fh:
-            for c in self.chunks.values():
-                row = [c.id, c.doc_id, c.index, c.start, c.end, c.text, c.metadata]
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        config = {"trial": self.trial.effective(), "score_threshold": self.score_threshold}
+        (tmp / "pipeline.json").write_text(json.dumps(config, indent=2), "utf-8")
         docs = {d: {"hash": h, "chunks": ids} for d, (h, ids) in self._docs.items()}
         (tmp / "documents.json").write_text(json.dumps(docs), "utf-8")
-        self.retriever.store.save(tmp / "dense")  # type: ignore[union-attr]
-        if self.retriever.sparse is not None:
-            self.retriever.sparse.save(tmp / "bm25")
+        for stage in self._index:
+            value = self._live.get(stage.name)
+            if value is not None:
+                folder = tmp / "stages" / _folder(stage.name)
+                folder.mkdir(parents=True)
+                stage.codec.save(value, folder)
         old = target.with_name(f".old-{uuid.uuid4().hex}-{target.name}")
         if target.exists():
             os.replace(target, old)
@@ -312,20 +453,53 @@ class RAGPipeline:
         root = Path(path)
         if not (root / "pipeline.json").is_file():
             raise DataError(f"{root}: not a ragbench collection (no pipeline.json)")
-        config = PipelineConfig.model_validate_json((root / "pipeline.json").read_text("utf-8"))
-        pipeline = cls.from_config(config)
-        retriever = pipeline.retriever
-        retriever.store = type(retriever.store).load(root / "dense")  # type: ignore[attr-defined]
-        if retriever.sparse is not None:
-            retriever.sparse = BM25Index.load(root / "bm25")
-        with (root / "chunks.jsonl").open(encoding="utf-8") as fh:
-            for line in fh:
-                cid, doc_id, index, start, end, text, meta = json.loads(line)
-                pipeline.chunks[cid] = Chunk(cid, doc_id, index, start, end, text, meta)
-        retriever.texts = {cid: c.text for cid, c in pipeline.chunks.items()}
+        config = json.loads((root / "pipeline.json").read_text("utf-8"))
+        if "trial" not in config:
+            raise DataError(
+                f"{root}: a collection of an older ragbench version; ingest its source again"
+            )
+        pipeline = cls(pipeline_trial(config["trial"]), score_threshold=config["score_threshold"])
+        for stage in pipeline._index:
+            folder = root / "stages" / _folder(stage.name)
+            if folder.is_dir():
+                pipeline._live[stage.name] = stage.codec.load(folder)
         docs = json.loads((root / "documents.json").read_text("utf-8"))
         pipeline._docs = {d: (v["hash"], v["chunks"]) for d, v in docs.items()}
         return pipeline
 
     def __repr__(self) -> str:
         return f"RAGPipeline(documents={len(self._docs)}, chunks={len(self.chunks)})"
+
+
+def _main(old: Mapping[str, Mapping[str, list[str]]], plan: Plan) -> dict[str, list[str]]:
+    """Per document, its chunk ids in the chunking the results refer to."""
+    return {doc: ids.get(plan.chunks, []) for doc, ids in old.items()}
+
+
+def _folder(stage_name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", stage_name)
+
+
+def _find_trial(store: RunStore, manifest: Mapping[str, Any], wanted: str) -> Trial:
+    """A finished trial of the run by id (or ``best`` on the first metric)."""
+    trials = store.trials()
+    ok = trials[trials["status"] == "ok"] if not trials.empty else trials
+    if ok.empty:
+        raise DataError(f"{store.path}: no finished trial")
+    if wanted == "best":
+        metric = manifest["config"]["evaluation"]["metrics"][0]
+        wanted = str(best_index(ok.set_index("trial_id")[metric], metric))
+    if wanted not in set(ok["trial_id"]):
+        listed = ", ".join(
+            f"{t} ({label})" for t, label in zip(ok["trial_id"], ok["label"], strict=True)
+        )
+        raise DataError(f"{store.path}: no finished trial {wanted!r}; finished: {listed}")
+    row = ok[ok["trial_id"] == wanted].iloc[0]
+    if "config" in ok.columns and isinstance(row["config"], str):
+        return pipeline_trial(json.loads(row["config"]))
+    dataset = {**manifest["config"]["dataset"], "path": manifest["dataset"]["path"]}
+    config = load_config({**manifest["config"], "dataset": dataset})
+    for trial in expand(config):
+        if trial.id == wanted:
+            return trial
+    raise DataError(f"{store.path}: trial {wanted!r} is not in the run's config any more")

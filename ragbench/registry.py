@@ -1,10 +1,11 @@
-"""One registry per component family: ``kind`` string → (pydantic config class, factory).
+"""One registry per component family: ``kind`` string → (pydantic config class, factory),
+and the sweep axes: the families a trial picks one component of, in pipeline order.
 
 Configs name components by ``kind``; ``Registry.parse`` validates a spec (a dict from YAML/JSON
 or a config object) and turns pydantic errors into a :class:`ConfigError` whose message names the
 key path and what is allowed. Built-in kinds are registered by importing the family's modules
-lazily; third parties add kinds through the ``ragbench.components`` entry-point group (each entry
-point is imported, and registers its kinds on import).
+lazily; third parties add kinds — and whole new axes — through the ``ragbench.components``
+entry-point group (each entry point is imported, and registers on import). See ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -13,19 +14,23 @@ import hashlib
 import importlib
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, SerializeAsAny, ValidationError
 
 from ragbench.errors import ConfigError
 
 __all__ = [
+    "Axis",
     "ComponentConfig",
     "Registry",
+    "axes",
     "component_field",
+    "components",
     "format_validation_error",
-    "registry",
+    "register_axis",
 ]
 
 T = TypeVar("T")
@@ -42,6 +47,8 @@ _BUILTIN_MODULES: dict[str, tuple[str, ...]] = {
     "fusion": ("ragbench.retrieve.fusion",),
     "reranker": ("ragbench.retrieve.rerank",),
     "retriever": ("ragbench.retrieve.retriever",),
+    "query": ("ragbench.retrieve.query",),
+    "postprocess": ("ragbench.retrieve.postprocess",),
 }
 
 
@@ -51,6 +58,18 @@ class ComponentConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: str
+    uses: ClassVar[frozenset[str]] = frozenset()
+    """Axes this component reads from its trial (a dense retriever uses the trial's
+    ``embedder``); an on-demand axis is part of a trial only when a chosen component uses it."""
+
+    def axes_used(self) -> frozenset[str]:
+        """``uses`` of this component and of every component nested in its options."""
+        found = set(self.uses)
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, ComponentConfig):
+                found |= value.axes_used()
+        return frozenset(found)
 
     def key(self) -> str:
         """Stable hash of the full config (defaults included), for cache keys and trial ids."""
@@ -138,14 +157,18 @@ class Registry(Generic[T]):
 
         return decorate
 
+    def register_config(self, config_cls: type[ComponentConfig]) -> None:
+        """Register a kind whose config is all there is: it plans its stages itself and
+        builds no separate component (``build`` returns the config)."""
+        self.register(config_cls)(lambda config: config)
+
     def _load(self) -> None:
         if self._loaded:
             return
         self._loaded = True
         for module in _BUILTIN_MODULES.get(self.family, ()):
             importlib.import_module(module)
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            ep.load()
+        load_plugins()
 
     def kinds(self) -> list[str]:
         """Registered kind names, sorted."""
@@ -196,19 +219,83 @@ class Registry(Generic[T]):
 
 
 _REGISTRIES: dict[str, Registry[Any]] = {}
+_PLUGINS: set[str] = set()
 
 
-def registry(family: str) -> Registry[Any]:
+def components(family: str) -> Registry[Any]:
     """The registry of ``family`` (created on first use)."""
     if family not in _REGISTRIES:
         _REGISTRIES[family] = Registry(family)
     return _REGISTRIES[family]
 
 
+def load_plugins() -> None:
+    """Import every ``ragbench.components`` entry point not imported yet (each registers its
+    kinds and axes on import)."""
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.value not in _PLUGINS:
+            _PLUGINS.add(ep.value)
+            ep.load()
+
+
+# ---------------------------------------------------------------- sweep axes
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A family a trial picks one component of: a key under ``sweep:`` and a step of the
+    pipeline.
+
+    ``order`` places it in the pipeline; ``default`` is the spec a sweep that does not name the
+    axis gets (None: the sweep must name it). A ``step`` axis's configs plan query-time stages
+    (see ``ragbench.retrieve.graph``); the others (chunker, embedder) are resources steps ask
+    for. An ``on_demand`` axis is in a trial only when a chosen component ``uses`` it. An
+    ``optional`` axis at its ``none`` kind is left out of the trial's identity, so adding an
+    axis never changes existing trial ids. ``label`` orders the trial label's parts; a
+    ``prefix`` marks a part in the label (``rerank:dense``), and such parts are omitted at the
+    ``none`` kind.
+    """
+
+    name: str
+    order: float
+    default: Mapping[str, Any] | None = None
+    step: bool = True
+    on_demand: bool = False
+    optional: bool = False
+    label: float = 0.0
+    prefix: str = ""
+
+
+_AXES: dict[str, Axis] = {}
+
+
+def register_axis(axis: Axis) -> Axis:
+    """Add (or replace) a sweep axis; its family's kinds register with ``components``."""
+    _AXES[axis.name] = axis
+    return axis
+
+
+def axes() -> list[Axis]:
+    """Every sweep axis (plugins loaded), in pipeline order."""
+    load_plugins()
+    return sorted(_AXES.values(), key=lambda a: a.order)
+
+
+for _axis in (
+    Axis("chunker", 0, {"kind": "none"}, step=False, label=1),
+    Axis("embedder", 1, {"kind": "sentence-transformers"}, step=False, on_demand=True, label=2),
+    Axis("query", 2, {"kind": "none"}, optional=True, label=3, prefix="query:"),
+    Axis("retriever", 3, None, label=0),
+    Axis("reranker", 4, {"kind": "none"}, label=4, prefix="rerank:"),
+    Axis("postprocess", 5, {"kind": "none"}, optional=True, label=5, prefix="post:"),
+):
+    register_axis(_axis)
+
+
 def _nested(family: str) -> Callable[[Any], ComponentConfig]:
     def validate(value: Any) -> ComponentConfig:
         try:
-            return registry(family).parse(value, path="")
+            return components(family).parse(value, path="")
         except ConfigError as exc:
             first = str(exc).splitlines()[0]
             sub, _, msg = first.partition(": ")

@@ -11,7 +11,7 @@ import pytest
 
 from ragbench.errors import ConfigError
 from ragbench.protocols import Chunker, Role
-from ragbench.registry import registry
+from ragbench.registry import components
 from ragbench.text.chunkers import (
     RecursiveConfig,
     SemanticChunker,
@@ -51,7 +51,7 @@ def texts(spec: dict, text: str) -> list[str]:
 
 
 def test_every_kind_is_registered() -> None:
-    assert registry("chunker").kinds() == [
+    assert components("chunker").kinds() == [
         "fixed",
         "none",
         "recursive",
@@ -388,7 +388,7 @@ class CountingEmbedder:
     """Wraps an embedder and records each call's batch."""
 
     def __init__(self) -> None:
-        self.inner = registry("embedder").build(HASHING)
+        self.inner = components("embedder").build(HASHING)
         self.calls: list[int] = []
 
     @property
@@ -442,7 +442,7 @@ def test_semantic_groups_use_the_buffer() -> None:
 
 
 def test_semantic_default_embedder_is_minilm() -> None:
-    config = registry("chunker").parse({"kind": "semantic"})
+    config = components("chunker").parse({"kind": "semantic"})
     assert config.embedder.kind == "sentence-transformers"
     assert config.embedder.model == "all-MiniLM-L6-v2"
     assert config.label() == "semantic"
@@ -522,17 +522,18 @@ def test_semantic_with_minilm_finds_the_topic_change() -> None:
 )
 def test_config_errors_name_the_key(spec: dict, expected: str) -> None:
     with pytest.raises(ConfigError) as info:
-        registry("chunker").parse(spec)
+        components("chunker").parse(spec)
     assert expected in str(info.value)
 
 
 def test_tokens_unit_accepts_a_tokenizer() -> None:
-    config = registry("chunker").parse(
+    config = components("chunker").parse(
         {"kind": "fixed", "size": 5, "unit": "tokens", "tokenizer": "cl100k"}
     )
     assert config.tokenizer == "cl100k"
     assert (
-        registry("chunker").parse({"kind": "fixed", "size": 5, "unit": "tokens"}).tokenizer is None
+        components("chunker").parse({"kind": "fixed", "size": 5, "unit": "tokens"}).tokenizer
+        is None
     )
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from ragbench.errors import DataError
 from ragbench.index.dense import ExactConfig, ExactStore, HnswConfig, HnswStore
-from ragbench.registry import registry
+from ragbench.registry import components
 
 STORES = [ExactStore, HnswStore]
 
@@ -182,7 +182,7 @@ def test_empty_store_returns_padding(store_cls: type) -> None:
     "config", [ExactConfig(), ExactConfig(metric="ip"), HnswConfig(), HnswConfig(space="l2")]
 )
 def test_save_load_round_trip(config: ExactConfig | HnswConfig, tmp_path: Path) -> None:
-    store = registry("dense").build(config)
+    store = components("dense").build(config)
     vectors = random_vectors(200, 12)
     store.add(ids_for(200), vectors, [{"i": i, "even": i % 2 == 0} for i in range(200)])
     store.delete(["doc-00001"])
@@ -251,9 +251,9 @@ def test_recall_against_exact_drops_with_a_starved_graph() -> None:
 
 
 def test_registry_builds_both_kinds() -> None:
-    assert {"exact", "hnsw"} <= set(registry("dense").kinds())
-    store = registry("dense").build({"kind": "hnsw", "M": 8, "ef_search": 50})
+    assert {"exact", "hnsw"} <= set(components("dense").kinds())
+    store = components("dense").build({"kind": "hnsw", "M": 8, "ef_search": 50})
     assert isinstance(store, HnswStore) and store.config.M == 8
-    assert isinstance(registry("dense").build("exact"), ExactStore)
+    assert isinstance(components("dense").build("exact"), ExactStore)
     with pytest.raises(ValueError, match="metric"):
-        registry("dense").parse({"kind": "exact", "metric": "l2"})
+        components("dense").parse({"kind": "exact", "metric": "l2"})

@@ -14,7 +14,7 @@ from ragbench.index.embedders import (
     SentenceTransformerEmbedder,
 )
 from ragbench.models import model_identity, resolve_model
-from ragbench.registry import registry
+from ragbench.registry import components
 
 
 def test_minilm_names_resolve_to_the_offline_package() -> None:
@@ -29,7 +29,7 @@ def test_minilm_names_resolve_to_the_offline_package() -> None:
 
 
 def test_minilm_embeds_semantically() -> None:
-    emb = registry("embedder").build({"kind": "sentence-transformers"})
+    emb = components("embedder").build({"kind": "sentence-transformers"})
     vecs = emb.embed(
         ["How do I reset my password?", "Steps to recover a forgotten login secret", "Tomato soup"]
     )
@@ -82,7 +82,7 @@ def test_fallback_moves_past_a_provider_that_cannot_load(tmp_path: Path) -> None
 
 
 def test_fallback_spec_builds_from_the_registry() -> None:
-    chain = registry("embedder").build(
+    chain = components("embedder").build(
         {"kind": "fallback", "providers": [{"kind": "hashing", "dim": 16}]}
     )
     assert chain.embed(["a b"]).shape == (1, 16)

@@ -35,14 +35,14 @@ def test_design_example_expands_and_drops_unused_stages() -> None:
     )
     trials = expand(config)
     assert len(trials) == 5 * (4 + 1 + 2)
-    bm25 = [t for t in trials if t.retriever.kind == "bm25"]
-    assert len(bm25) == 20 and all(t.embedder is None for t in bm25)
-    assert all(t.embedder is not None for t in trials if t.retriever.kind != "bm25")
+    bm25 = [t for t in trials if t["retriever"].kind == "bm25"]
+    assert len(bm25) == 20 and all(t.get("embedder") is None for t in bm25)
+    assert all(t.get("embedder") is not None for t in trials if t["retriever"].kind != "bm25")
     assert len({t.id for t in trials}) == len(trials)
     assert [t.id for t in trials] == [t.id for t in expand(config)]  # stable
-    assert find_baseline(trials, "bm25").retriever.kind == "bm25"
+    assert find_baseline(trials, "bm25")["retriever"].kind == "bm25"
     # prefix-sharing order: all trials of one chunker are consecutive
-    chunkers = [t.chunker.key() for t in trials]
+    chunkers = [t["chunker"].key() for t in trials]
     assert chunkers == sorted(chunkers, key=chunkers.index)
 
 
@@ -69,11 +69,11 @@ def test_sequence_options_nested_axes_kind_lists_and_dedup() -> None:
     assert len(trials) == 2 + 1 + 2 + 2
     assert any("weights=[0.3,0.7]" in lab for lab in labels)
     assert any("rrf(weights=[1.0,2.0])" in lab for lab in labels)
-    assert {t.retriever.store.kind for t in trials if t.retriever.kind == "dense"} == {
+    assert {t["retriever"].store.kind for t in trials if t["retriever"].kind == "dense"} == {
         "exact",
         "hnsw",
     }
-    assert trials[0].chunker.separators == ("\n\n", " ")
+    assert trials[0]["chunker"].separators == ("\n\n", " ")
 
 
 def test_random_and_tpe_search() -> None:
@@ -125,7 +125,11 @@ def test_random_and_tpe_search() -> None:
             {"baseline": "dense"},
             "baseline: no trial matches 'dense'",
         ),
-        ({"chunker": [{"kind": "none"}]}, {}, "sweep.retriever: at least one retriever is needed"),
+        (
+            {"chunker": [{"kind": "none"}]},
+            {},
+            "sweep.retriever: at least one is needed (bm25, dense, hybrid)",
+        ),
     ],
 )
 def test_errors_name_the_file_and_key_path(
@@ -178,7 +182,7 @@ def test_overrides_set_values_by_key_path(tmp_path: Path) -> None:
         path, ["evaluation.depth=7", "sweep.retriever[0].k1=[0.5, 0.9]", "search.seed=3"]
     )
     assert config.evaluation.depth == 7 and config.search.seed == 3
-    assert [t.retriever.k1 for t in expand(config)] == [0.5, 0.9]
+    assert [t["retriever"].k1 for t in expand(config)] == [0.5, 0.9]
     with pytest.raises(ConfigError, match=r"expected KEY\.PATH=VALUE"):
         load_config(path, ["evaluation.depth"])
     with pytest.raises(ConfigError, match=r"no item \[4\] there"):
@@ -191,5 +195,5 @@ def test_optional_nested_components_expand_as_choices() -> None:
     config = load_config(
         _config({"retriever": [{"kind": "hybrid", "bm25_chunker": [None, {"kind": "none"}]}]})
     )
-    chunkers = [t.retriever.bm25_chunker for t in expand(config)]
+    chunkers = [t["retriever"].bm25_chunker for t in expand(config)]
     assert chunkers[0] is None and chunkers[1].kind == "none"

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ragbench.errors import ConfigError
-from ragbench.registry import registry
+from ragbench.registry import components
 from ragbench.retrieve.fusion import (
     ConvexConfig,
     RRFConfig,
@@ -125,7 +125,7 @@ def test_fusion_validates_inputs() -> None:
 def test_fused_rows_are_unique_sorted_and_complete(
     lists: list[list[tuple[str, float]]], k: int, kind: str
 ) -> None:
-    fusion = registry("fusion").build({"kind": kind})
+    fusion = components("fusion").build({"kind": kind})
     fused = fusion.fuse([ranking(row) for row in lists], k=k)
     row = fused.row(0)
     union = {c for lst in lists for c, _ in lst}
@@ -198,19 +198,19 @@ def test_degenerate_minmax_list_still_prefers_its_own_documents() -> None:
 
 
 def test_convex_defaults_to_equal_weights_and_validates_sum() -> None:
-    convex = registry("fusion").build({"kind": "convex"})
-    weighted = registry("fusion").build({"kind": "weighted"})
+    convex = components("fusion").build({"kind": "convex"})
+    weighted = components("fusion").build({"kind": "weighted"})
     a = convex.fuse([DENSE, SPARSE], k=4)
     b = weighted.fuse([DENSE, SPARSE], k=4)
     assert a.ids.tolist() == b.ids.tolist()
     np.testing.assert_allclose(a.scores, b.scores / 2)
     assert ConvexConfig(weights=(0.25, 0.75)).weights == (0.25, 0.75)
     with pytest.raises(ConfigError, match="sum to 1"):
-        registry("fusion").parse({"kind": "convex", "weights": [0.5, 0.6]})
+        components("fusion").parse({"kind": "convex", "weights": [0.5, 0.6]})
 
 
 def test_fusion_configs_reject_bad_values() -> None:
-    fusions = registry("fusion")
+    fusions = components("fusion")
     assert {"rrf", "weighted", "convex"} <= set(fusions.kinds())
     with pytest.raises(ConfigError, match="normalization"):
         fusions.parse({"kind": "weighted", "normalization": "softmax"})

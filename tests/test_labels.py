@@ -10,14 +10,13 @@ import pytest
 from ragbench.data.labeled import Evidence, LabeledSet
 from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.labels import (
-    ChunkTable,
     chunk_qrels,
     chunking_diagnostics,
-    document_ranking,
     evaluate_chunks,
     span_metrics,
 )
 from ragbench.evaluate.metrics import evaluate
+from ragbench.text.chunk_table import ChunkTable, document_ranking
 from ragbench.types import Chunk, Document, Query, Ranking
 
 TEXTS = {"a": "a" * 100, "b": "b" * 50, "c": "c" * 10}

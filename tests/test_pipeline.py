@@ -6,19 +6,21 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pytest
 
 from ragbench.index.embedders import HashingConfig, HashingEmbedder
-from ragbench.pipeline import PipelineConfig, RAGPipeline
+from ragbench.pipeline import RAGPipeline
 from ragbench.protocols import Role
+from ragbench.registry import components
 from ragbench.types import Document
 
 CONFIG = {
     "chunker": {"kind": "recursive", "size": 120, "overlap": 0},
     "embedder": {"kind": "hashing", "dim": 256},
-    "store": {"kind": "hnsw"},
+    "retriever": {"kind": "hybrid", "store": {"kind": "hnsw"}},
 }
 DOCS = [
     Document(
@@ -38,13 +40,20 @@ DOCS = [
 ]
 
 
-class FlakyEmbedder(HashingEmbedder):
+class FlakyConfig(HashingConfig):
     """A hashing embedder that refuses texts containing FAIL (an embedding outage)."""
 
+    kind: Literal["flaky"] = "flaky"  # type: ignore[assignment]
+
+
+class FlakyEmbedder(HashingEmbedder):
     def embed(self, texts: Sequence[str], role: Role = "document") -> np.ndarray:
         if any("FAIL" in t for t in texts):
             raise RuntimeError("provider unavailable")
         return super().embed(texts, role)
+
+
+components("embedder").register(FlakyConfig)(FlakyEmbedder)
 
 
 def test_index_retrieve_and_skip_unchanged() -> None:
@@ -60,7 +69,7 @@ def test_index_retrieve_and_skip_unchanged() -> None:
 
 
 def test_update_replaces_chunks_and_failure_keeps_the_old_version() -> None:
-    pipe = RAGPipeline(*_parts(FlakyEmbedder(HashingConfig(dim=256))), config=None)
+    pipe = RAGPipeline.from_config({**CONFIG, "embedder": {"kind": "flaky", "dim": 256}})
     pipe.index(DOCS)
     old_ids = {c.id for c in pipe.chunks.values() if c.doc_id == "sec/acl.md"}
     broken = Document("sec/acl.md", "FAIL this version cannot be embedded")
@@ -73,14 +82,6 @@ def test_update_replaces_chunks_and_failure_keeps_the_old_version() -> None:
     texts = [c.text for c in pipe.chunks.values() if c.doc_id == "sec/acl.md"]
     assert texts == ["Quotas limit bytes per second per client."]
     assert pipe.retrieve("quotas bytes per second", k=1)[0].chunk.doc_id == "sec/acl.md"
-
-
-def _parts(embedder: HashingEmbedder) -> tuple:
-    from ragbench.index.dense import ExactStore
-    from ragbench.index.sparse import BM25Index
-    from ragbench.text.chunkers import build_chunker
-
-    return build_chunker(CONFIG["chunker"]), embedder, ExactStore(), BM25Index()
 
 
 def test_delete_and_filters() -> None:
@@ -109,13 +110,13 @@ def test_tool_frames_results_with_a_random_delimiter() -> None:
     assert "\x07" not in first and "| KST-4172" in first
     payload = json.loads(pipe.as_tool(format="json")("KST-4172"))
     assert payload["results"][0]["rank"] == 1 and "untrusted" in payload["notice"]
-    strict = RAGPipeline.from_config({**CONFIG, "score_threshold": 0.5})  # above any RRF score
+    strict = RAGPipeline.from_config(CONFIG, score_threshold=0.5)  # above any RRF score
     strict.index(DOCS)
     assert "No results." in strict.as_tool(format="text")("KST-4172")
 
 
 def test_collection_persists_across_processes(tmp_path: Path) -> None:
-    pipe = RAGPipeline.from_config(PipelineConfig.model_validate(CONFIG))
+    pipe = RAGPipeline.from_config(CONFIG)
     pipe.index(DOCS)
     pipe.save(tmp_path / "col")
     pipe.save(tmp_path / "col")  # replacing an existing copy is atomic and allowed

@@ -3,12 +3,12 @@
 import pytest
 
 from ragbench.errors import ConfigError
-from ragbench.registry import registry
+from ragbench.registry import components
 
 
 def test_unknown_kind_lists_allowed_kinds() -> None:
     with pytest.raises(ConfigError) as err:
-        registry("chunker").parse({"kind": "magic"}, path="sweep.chunker[2]")
+        components("chunker").parse({"kind": "magic"}, path="sweep.chunker[2]")
     message = str(err.value)
     assert message.startswith("sweep.chunker[2].kind: unknown chunker kind 'magic'")
     for kind in ("fixed", "none", "recursive", "semantic", "sentence", "sentence_window"):
@@ -17,30 +17,30 @@ def test_unknown_kind_lists_allowed_kinds() -> None:
 
 def test_missing_kind_and_non_mapping() -> None:
     with pytest.raises(ConfigError, match=r"chunker\.kind: missing; allowed"):
-        registry("chunker").parse({"size": 3})
+        components("chunker").parse({"size": 3})
     with pytest.raises(ConfigError, match="expected a mapping"):
-        registry("chunker").parse(42)  # type: ignore[arg-type]
+        components("chunker").parse(42)  # type: ignore[arg-type]
 
 
 def test_unknown_key_and_bad_value_name_the_key() -> None:
     with pytest.raises(ConfigError, match=r"^chunker\.sise: unknown key"):
-        registry("chunker").parse({"kind": "recursive", "size": 100, "sise": 3})
+        components("chunker").parse({"kind": "recursive", "size": 100, "sise": 3})
     with pytest.raises(ConfigError, match=r"chunker\.unit: .*'chars', 'tokens' or 'words'"):
-        registry("chunker").parse({"kind": "fixed", "size": 100, "unit": "bytes"})
+        components("chunker").parse({"kind": "fixed", "size": 100, "unit": "bytes"})
 
 
 def test_nested_component_errors_carry_the_full_path() -> None:
     spec = {"kind": "semantic", "embedder": {"kind": "hashing", "dim": 0}}
     with pytest.raises(ConfigError, match=r"^chunker\.embedder\.dim: "):
-        registry("chunker").parse(spec)
+        components("chunker").parse(spec)
     spec = {"kind": "fallback", "providers": [{"kind": "hashing", "dimm": 3}]}
     with pytest.raises(ConfigError) as err:
-        registry("embedder").parse(spec)
+        components("embedder").parse(spec)
     assert str(err.value) == "embedder.providers[0].dimm: unknown key"
 
 
 def test_labels_and_keys() -> None:
-    parse = registry("chunker").parse
+    parse = components("chunker").parse
     base = parse({"kind": "recursive", "size": 512})
     assert base.label() == "recursive(size=512)"
     assert base.key() == parse({"kind": "recursive", "size": 512, "overlap": 0}).key()

@@ -15,7 +15,7 @@ import pytest
 
 from ragbench.errors import ConfigError
 from ragbench.index.embedders import HashingEmbedder
-from ragbench.registry import registry
+from ragbench.registry import components
 from ragbench.retrieve.rerank import (
     CrossEncoderConfig,
     CrossEncoderReranker,
@@ -80,7 +80,7 @@ def assert_rows(ranking: Ranking, rows: list[list[tuple[str, float]]], k: int) -
 
 
 def test_none_passes_through_cut_or_padded_to_k() -> None:
-    reranker = registry("reranker").build("none")
+    reranker = components("reranker").build("none")
     assert isinstance(reranker, NoReranker)
     cut = reranker.rerank(QUERIES, FIRST_STAGE, TEXTS, k=2)
     assert cut.ids.tolist() == [["c0", "c3"], ["r0", "r1"], ["", ""]]
@@ -166,7 +166,7 @@ def test_rerank_checks_texts_and_query_count(tiny_cross_encoder: Path) -> None:
 
 
 def test_dense_matches_cosine_of_the_embedder() -> None:
-    reranker = registry("reranker").build(
+    reranker = components("reranker").build(
         {"kind": "dense", "embedder": {"kind": "hashing", "dim": 256}, "candidates": 3}
     )
     assert isinstance(reranker, DenseReranker)
@@ -191,7 +191,7 @@ def test_dense_embeds_each_distinct_text_once() -> None:
 
 @pytest.mark.slow
 def test_dense_with_real_minilm() -> None:
-    reranker = registry("reranker").build("dense")  # all-MiniLM-L6-v2, offline copy
+    reranker = components("reranker").build("dense")  # all-MiniLM-L6-v2, offline copy
     queries = ["how do cats communicate with people?"]
     texts = {
         "a": "Interest rates were raised by the central bank.",
@@ -210,7 +210,7 @@ def test_dense_config_defaults_to_minilm() -> None:
     assert config.embedder.kind == "sentence-transformers"
     assert config.label() == "dense"
     with pytest.raises(ConfigError, match=r"reranker\.embedder\.kind"):
-        registry("reranker").parse({"kind": "dense", "embedder": {"kind": "nope"}})
+        components("reranker").parse({"kind": "dense", "embedder": {"kind": "nope"}})
 
 
 # --- llm -------------------------------------------------------------------------------------
@@ -296,7 +296,7 @@ def judge_url(judge_server: JudgeServer, monkeypatch: pytest.MonkeyPatch) -> str
 
 
 def llm(url: str, model: str = "judge", **options: object) -> LLMReranker:
-    return registry("reranker").build({"kind": "llm", "base_url": url, "model": model, **options})
+    return components("reranker").build({"kind": "llm", "base_url": url, "model": model, **options})
 
 
 def test_llm_judge_over_real_http(judge_url: str, judge_server: JudgeServer) -> None:
@@ -385,8 +385,8 @@ def test_parse_score_rejects_anything_else(reply: str) -> None:
 
 def test_llm_config_requires_endpoint_and_model() -> None:
     with pytest.raises(ConfigError, match="base_url"):
-        registry("reranker").parse({"kind": "llm", "model": "m"})
-    config = registry("reranker").parse({"kind": "llm", "base_url": "http://x", "model": "m"})
+        components("reranker").parse({"kind": "llm", "model": "m"})
+    config = components("reranker").parse({"kind": "llm", "base_url": "http://x", "model": "m"})
     assert isinstance(config, LLMRerankConfig)
     assert (config.candidates, config.max_concurrency, config.timeout) == (20, 4, 30.0)
-    assert {"none", "cross_encoder", "dense", "llm"} <= set(registry("reranker").kinds())
+    assert {"none", "cross_encoder", "dense", "llm"} <= set(components("reranker").kinds())

@@ -1,4 +1,5 @@
-"""Retriever composition over real indexes: bm25 / dense / hybrid, rerank, threshold, timings."""
+"""Retrievers as planned stages over real indexes: bm25 / dense / hybrid (one or two chunkings),
+rerank, threshold, filters, deletes and per-stage timings, run through ``RAGPipeline``."""
 
 from pathlib import Path
 
@@ -6,10 +7,10 @@ import numpy as np
 import pytest
 
 from ragbench.errors import ConfigError
-from ragbench.index.embedders import HashingConfig, HashingEmbedder
-from ragbench.registry import registry
-from ragbench.retrieve.retriever import Retriever, apply_threshold
-from ragbench.types import Chunk, Ranking
+from ragbench.pipeline import RAGPipeline
+from ragbench.registry import components
+from ragbench.retrieve.postprocess import apply_threshold
+from ragbench.types import Document, Ranking
 
 TEXTS = [
     "The broker stores partitions as append-only segment files on disk.",
@@ -19,15 +20,16 @@ TEXTS = [
     "Producers batch records and compress them with zstd or lz4.",
     "Access control lists grant principals permission to read or write topics.",
 ]
-CHUNKS = [
-    Chunk(f"d{i}:chunk-0", f"d{i}", 0, 0, len(t), t, {"section": "ops" if i % 2 else "dev"})
-    for i, t in enumerate(TEXTS)
-]
+DOCS = [Document(f"d{i}", t, {"section": "ops" if i % 2 else "dev"}) for i, t in enumerate(TEXTS)]
 QUERIES = ["what does KST-4172 mean", "where are old segments moved to object storage"]
+HASHING = {"kind": "hashing", "dim": 256}
 
 
-def _embedder() -> HashingEmbedder:
-    return HashingEmbedder(HashingConfig(dim=256))
+def _pipeline(retriever: dict, **axes: dict) -> RAGPipeline:
+    spec = {"chunker": {"kind": "none"}, "embedder": HASHING, "retriever": retriever, **axes}
+    pipeline = RAGPipeline.from_config(spec)
+    pipeline.index(DOCS)
+    return pipeline
 
 
 @pytest.mark.parametrize(
@@ -42,9 +44,7 @@ def _embedder() -> HashingEmbedder:
     ids=lambda s: s["kind"] + "-" + str(s.get("store", s.get("fusion", {})).get("kind", "")),
 )
 def test_each_retriever_finds_the_answers(spec: dict) -> None:
-    retriever = Retriever.from_config(spec, embedder=_embedder())
-    retriever.add(CHUNKS)
-    result = retriever.search(QUERIES, k=3)
+    result = _pipeline(spec).search(QUERIES, k=3)
     assert result.ranking.ids.shape == (2, 3)
     assert result.ranking.ids[0, 0] == "d2:chunk-0"
     assert result.ranking.ids[1, 0] == "d3:chunk-0"
@@ -59,9 +59,8 @@ def test_each_retriever_finds_the_answers(spec: dict) -> None:
 
 
 def test_filters_reach_every_index() -> None:
-    retriever = Retriever.from_config({"kind": "hybrid"}, embedder=_embedder())
-    retriever.add(CHUNKS)
-    ranking = retriever.search(QUERIES, k=5, filter={"section": "ops"}).ranking
+    pipeline = _pipeline({"kind": "hybrid"})
+    ranking = pipeline.search(QUERIES, k=5, filter={"section": "ops"}).ranking
     found = {c for row in ranking.ids for c in row if c}
     assert found and all(int(c[1]) % 2 == 1 for c in found)
 
@@ -69,18 +68,13 @@ def test_filters_reach_every_index() -> None:
 def test_rerank_with_a_real_cross_encoder(tiny_cross_encoder: Path) -> None:
     from sentence_transformers import CrossEncoder
 
-    reranker = registry("reranker").build(
-        {"kind": "cross_encoder", "model": str(tiny_cross_encoder), "candidates": 4}
-    )
-    retriever = Retriever.from_config({"kind": "bm25"}, reranker=reranker)
-    retriever.add(CHUNKS)
-    first = Retriever.from_config({"kind": "bm25"})
-    first.add(CHUNKS)
-    candidates = first.search(QUERIES[:1], k=4).ranking.row(0)
-    result = retriever.search(QUERIES[:1], k=2)
+    reranker = {"kind": "cross_encoder", "model": str(tiny_cross_encoder), "candidates": 4}
+    pipeline = _pipeline({"kind": "bm25"}, reranker=reranker)
+    candidates = _pipeline({"kind": "bm25"}).search(QUERIES[:1], k=4).ranking.row(0)
+    result = pipeline.search(QUERIES[:1], k=2)
     assert set(result.timings) == {"bm25", "rerank"}
     scores = CrossEncoder(str(tiny_cross_encoder)).predict(
-        [(QUERIES[0], retriever.texts[c]) for c, _ in candidates]
+        [(QUERIES[0], pipeline.chunks[c].text) for c, _ in candidates]
     )
     best = [candidates[i][0] for i in np.argsort(-scores, kind="stable")[:2]]
     assert [c for c, _ in result.ranking.row(0)] == best
@@ -90,31 +84,36 @@ def test_threshold_pads_low_scores() -> None:
     ranking = Ranking.from_rows([[("a", 0.9), ("b", 0.2)]])
     assert apply_threshold(ranking, 0.5).row(0) == [("a", 0.9)]
     assert apply_threshold(ranking, None) is ranking
-    retriever = Retriever.from_config({"kind": "bm25"}, score_threshold=1e9)
-    retriever.add(CHUNKS)
-    assert retriever.search(QUERIES, k=3).ranking.row(0) == []
+    spec = {"chunker": {"kind": "none"}, "retriever": {"kind": "bm25"}}
+    strict = RAGPipeline.from_config(spec, score_threshold=1e9)
+    strict.index(DOCS)
+    assert strict.search(QUERIES, k=3).ranking.row(0) == []
 
 
-def test_bad_specs_and_missing_parts() -> None:
+def test_bad_specs_name_the_key() -> None:
     with pytest.raises(ConfigError, match=r"retriever\.fusion\.kind: unknown fusion kind"):
-        registry("retriever").parse({"kind": "hybrid", "fusion": {"kind": "magic"}})
+        components("retriever").parse({"kind": "hybrid", "fusion": {"kind": "magic"}})
     with pytest.raises(ConfigError, match=r"retriever\.b: "):
-        registry("retriever").parse({"kind": "bm25", "b": 2})
-    with pytest.raises(ValueError, match="needs an embedder"):
-        Retriever.from_config({"kind": "dense"})
-    with pytest.raises(ValueError, match="needs a dense store, a sparse index, or both"):
-        Retriever()
+        components("retriever").parse({"kind": "bm25", "b": 2})
+    with pytest.raises(ConfigError, match=r"pipeline\.store: unknown key; allowed: chunker"):
+        RAGPipeline.from_config({"store": {"kind": "hnsw"}})
 
 
 def test_delete_removes_from_every_index() -> None:
-    retriever = Retriever.from_config({"kind": "hybrid"}, embedder=_embedder())
-    retriever.add(CHUNKS)
-    retriever.delete(["d2:chunk-0"])
-    ids = retriever.search(QUERIES[:1], k=6).ranking.ids[0]
-    assert "d2:chunk-0" not in ids and "d2:chunk-0" not in retriever.texts
+    pipeline = _pipeline({"kind": "hybrid"})
+    assert pipeline.delete_document("d2") == 1
+    ids = pipeline.search(QUERIES[:1], k=6).ranking.ids[0]
+    assert "d2:chunk-0" not in ids and "d2:chunk-0" not in pipeline.chunks
 
 
-def test_two_chunkings_are_for_sweeps_only() -> None:
-    spec = {"kind": "hybrid", "bm25_chunker": {"kind": "none"}}
-    with pytest.raises(ConfigError, match="bm25_chunker: only sweeps fuse two chunkings"):
-        Retriever.from_config(spec, embedder=_embedder())
+def test_hybrid_over_two_chunkings_fuses_per_document() -> None:
+    spec = {"kind": "hybrid", "bm25_chunker": {"kind": "none"}, "depth": 3}
+    pipeline = _pipeline(spec, chunker={"kind": "sentence", "size": 40, "overlap": 0})
+    assert len(pipeline.chunks) > len(DOCS)  # passages for the dense side
+    ranking = pipeline.search(QUERIES, k=4).ranking
+    for row in range(2):
+        docs = [c.split(":")[0] for c in ranking.ids[row] if c]
+        assert len(docs) == len(set(docs))  # one chunk per document
+    assert ranking.ids[0, 0].startswith("d2:") and ranking.ids[1, 0].startswith("d3:")
+    pipeline.delete_document("d2")
+    assert not any(c.startswith("d2:") for c in pipeline.search(QUERIES, k=6).ranking.ids[0])

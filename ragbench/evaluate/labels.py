@@ -7,176 +7,52 @@ chunk covers. Three projections:
   then the set's graded document qrels apply (``document_ranking``).
 - ``chunk``: a chunk is relevant when it overlaps a span of evidence enough (``chunk_qrels``).
 - ``span``: the evidence characters covered by the top-k chunks (Chroma's chunking-evaluation
-  definitions): ``span_recall@k``, ``span_precision@k``, ``span_iou@k`` and ``recall@Ntok``.
+  definitions): ``span_recall@k``, ``span_precision@k``, ``span_iou@k`` and ``recall@Ntok``,
+  registered here in the metric table of ``ragbench.evaluate.metrics`` with level ``span``.
 
-``evaluate_chunks`` routes each metric; ``chunking_diagnostics`` says how well a chunking keeps
-the evidence together. Span arithmetic works on intervals, never on sets of characters: every
-document gets its own stretch of one global character axis, so a span is a single pair of ints.
+``evaluate_chunks`` routes each metric by its level in the metric table;
+``chunking_diagnostics`` says how well a chunking keeps the evidence together. Span arithmetic
+works on intervals, never on sets of characters: every document gets its own stretch of one
+global character axis, so a span is a single pair of ints.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from typing import Literal, NamedTuple
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from ragbench.data.labeled import LabeledSet, Qrels
-from ragbench.errors import ConfigError, DataError
-from ragbench.evaluate.metrics import Metric, evaluate, parse_metrics
+from ragbench.errors import ConfigError
+from ragbench.evaluate.metrics import (
+    Metric,
+    MetricSpec,
+    _ratio,
+    evaluate,
+    parse_metrics,
+    register_metric,
+)
 from ragbench.protocols import TokenCounter
+from ragbench.text.chunk_table import ChunkTable, document_ranking, first_rows
 from ragbench.text.tokenize import token_counter
-from ragbench.types import Chunk, Ranking
+from ragbench.types import Ranking
 
 __all__ = [
-    "ChunkTable",
     "ChunkingDiagnostics",
     "Level",
+    "SpanCoverage",
+    "SpanKernel",
     "chunk_qrels",
     "chunking_diagnostics",
-    "document_ranking",
     "evaluate_chunks",
     "span_metrics",
 ]
 
 Level = Literal["document", "chunk", "span"]
 _LEVELS = ("document", "chunk", "span")
-
-
-@dataclass(frozen=True, eq=False)
-class ChunkTable:
-    """Per chunk: id, document id, ``[start, end)`` character range and (optionally) text.
-
-    Parallel arrays; ids are unique. Build it once per chunked corpus (``from_chunks``) and reuse
-    it: id lookups and document codes are cached on it; chunk qrels and span coordinates are
-    cached per (table, labeled set) pair.
-    """
-
-    ids: np.ndarray
-    doc_ids: np.ndarray
-    starts: np.ndarray
-    ends: np.ndarray
-    texts: np.ndarray | None = None
-
-    def __post_init__(self) -> None:
-        columns = {
-            "ids": np.asarray(self.ids, dtype=object),
-            "doc_ids": np.asarray(self.doc_ids, dtype=object),
-            "starts": np.asarray(self.starts, dtype=np.int64),
-            "ends": np.asarray(self.ends, dtype=np.int64),
-        }
-        if self.texts is not None:
-            columns["texts"] = np.asarray(self.texts, dtype=object)
-        for name, column in columns.items():
-            object.__setattr__(self, name, column)
-        if len({len(c) for c in columns.values()}) > 1:
-            sizes = ", ".join(f"{name}={len(c)}" for name, c in columns.items())
-            raise DataError(f"chunk table columns differ in length: {sizes}")
-        if len(set(self.ids)) != len(self.ids):
-            raise DataError("chunk table: chunk ids are not unique")
-        if (self.ends < self.starts).any():
-            bad = self.ids[np.argmax(self.ends < self.starts)]
-            raise DataError(f"chunk table: chunk {bad!r} ends before it starts")
-
-    @classmethod
-    def from_chunks(cls, chunks: Sequence[Chunk]) -> ChunkTable:
-        """The table of ``chunks`` (with their texts)."""
-        return cls(
-            ids=np.array([c.id for c in chunks], dtype=object),
-            doc_ids=np.array([c.doc_id for c in chunks], dtype=object),
-            starts=np.array([c.start for c in chunks], dtype=np.int64),
-            ends=np.array([c.end for c in chunks], dtype=np.int64),
-            texts=np.array([c.text for c in chunks], dtype=object),
-        )
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    @cached_property
-    def lengths(self) -> np.ndarray:
-        """Chunk lengths in characters."""
-        return self.ends - self.starts
-
-    @cached_property
-    def _arrow_ids(self) -> pa.Array:
-        return pa.array(self.ids, type=pa.string())
-
-    @cached_property
-    def _documents(self) -> tuple[np.ndarray, np.ndarray]:
-        names, codes = np.unique(self.doc_ids, return_inverse=True)
-        return names, codes.astype(np.int64)
-
-    @property
-    def doc_names(self) -> np.ndarray:
-        """Distinct document ids, sorted."""
-        return self._documents[0]
-
-    @property
-    def doc_codes(self) -> np.ndarray:
-        """Per chunk, the index of its document in ``doc_names``."""
-        return self._documents[1]
-
-    @cached_property
-    def _rows_by_doc(self) -> dict[str, np.ndarray]:
-        order = np.argsort(self.doc_codes, kind="stable")
-        bounds = np.searchsorted(self.doc_codes[order], np.arange(len(self.doc_names) + 1))
-        return {
-            str(name): order[bounds[i] : bounds[i + 1]] for i, name in enumerate(self.doc_names)
-        }
-
-    def doc_rows(self, doc_id: str) -> np.ndarray:
-        """Rows of the chunks of ``doc_id`` (empty when it has none)."""
-        return self._rows_by_doc.get(doc_id, np.empty(0, dtype=np.int64))
-
-    def rows(self, ids: np.ndarray) -> np.ndarray:
-        """Row of each chunk id (same shape), -1 for ``""`` padding; unknown ids raise."""
-        ids = np.asarray(ids, dtype=object)
-        flat = pa.array(ids.ravel(), type=pa.string())
-        found = pc.index_in(flat, value_set=self._arrow_ids).fill_null(-1)
-        rows = found.to_numpy(zero_copy_only=False).astype(np.int64)
-        unknown = (rows < 0) & (ids.ravel() != "")
-        if unknown.any():
-            first = ids.ravel()[np.argmax(unknown)]
-            raise DataError(
-                f"ranking has {int(unknown.sum())} chunk ids missing from the chunk table, "
-                f"e.g. {first!r}"
-            )
-        return rows.reshape(ids.shape)
-
-
-# ---------------------------------------------------------------- document and chunk level
-
-
-def document_ranking(ranking: Ranking, table: ChunkTable) -> Ranking:
-    """Chunk ranking → document ranking: each document appears once, at the position of its
-    first chunk in the ranking and with that chunk's score."""
-    rows = _first_rows(table.rows(ranking.ids), key=table.doc_codes)
-    keep = rows >= 0
-    width = int(keep.sum(axis=1).max(initial=0))
-    ids = np.full((len(rows), width), "", dtype=object)
-    scores = np.full((len(rows), width), -np.inf)
-    r, c = np.nonzero(keep)
-    column = (np.cumsum(keep, axis=1) - 1)[r, c]
-    ids[r, column] = table.doc_names[table.doc_codes[rows[r, c]]]
-    scores[r, column] = np.asarray(ranking.scores)[r, c]
-    return Ranking(ids, scores)
-
-
-def _first_rows(rows: np.ndarray, key: np.ndarray | None = None) -> np.ndarray:
-    """``rows`` with every entry after the first of its ``key`` (default: the row itself) in
-    the same ranking row set to -1."""
-    valid = rows >= 0
-    keys = np.full(rows.shape, -1, dtype=np.int64)
-    keys[valid] = key[rows[valid]] if key is not None else rows[valid]
-    span = int(keys.max(initial=0)) + 2
-    flat = (np.arange(len(rows))[:, None] * span + keys + 1).ravel()
-    first = np.zeros(flat.size, dtype=bool)
-    first[np.unique(flat, return_index=True)[1]] = True
-    return np.where(first.reshape(rows.shape) & valid, rows, -1)
 
 
 def chunk_qrels(table: ChunkTable, labeled: LabeledSet, min_overlap: float = 0.0) -> Qrels:
@@ -280,39 +156,85 @@ def _spans(table: ChunkTable, labeled: LabeledSet) -> _Spans:
     return _Spans(chunks.reshape(-1, 2), evidence)
 
 
-class _SpanScores(NamedTuple):
-    recall: float
-    precision: float
-    iou: float
-
-
-_SCORE_OF = {
-    "span_recall": "recall",
-    "token_recall": "recall",
-    "span_precision": "precision",
-    "span_iou": "iou",
-}
-
-
-def _span_scores(retrieved: np.ndarray, evidence: np.ndarray) -> _SpanScores:
-    """(span recall, span precision, span IoU) of retrieved chunk intervals against evidence.
-
-    With E the union of the evidence and C the union of the retrieved chunks, covered =
-    |E ∩ C| (each character once): recall = covered / Σ|evidence span|, precision = covered /
-    Σ|retrieved chunk| (a sum: overlapping chunks and chunks of other documents all count),
-    IoU = covered / (Σ|retrieved chunk| + |E| - covered). An empty denominator gives 0.
-    """
-    union = _merge(evidence)
-    covered = int(_overlaps(_merge(retrieved), union).sum())
-    spent, wanted = _total(retrieved), _total(evidence)
-    recall = covered / wanted if wanted else 0.0
-    precision = covered / spent if spent else 0.0
-    missed = _total(union) - covered
-    iou = covered / (spent + missed) if spent + missed else 0.0
-    return _SpanScores(recall, precision, iou)
-
-
 # ---------------------------------------------------------------- span level: metrics
+
+
+class SpanCoverage(NamedTuple):
+    """What a span kernel sees: per query (int arrays aligned with ``query_ids``), the
+    characters of the retrieved chunks against the query's evidence spans.
+
+    ``covered``: evidence characters inside the retrieved chunks, each character once.
+    ``retrieved``: Σ|retrieved chunk| (overlapping chunks and chunks of other documents all
+    count). ``evidence``: Σ|evidence span|. ``evidence_union``: characters in some evidence span.
+    """
+
+    covered: np.ndarray
+    retrieved: np.ndarray
+    evidence: np.ndarray
+    evidence_union: np.ndarray
+
+
+SpanKernel = Callable[[SpanCoverage], np.ndarray]
+"""``kernel(coverage)``: per-query values (float array) of a span metric."""
+
+
+def _span_recall(c: SpanCoverage) -> np.ndarray:
+    """Span recall = covered / Σ|evidence span| (0 without evidence)."""
+    return _ratio(c.covered, c.evidence)
+
+
+def _span_precision(c: SpanCoverage) -> np.ndarray:
+    """Span precision = covered / Σ|retrieved chunk| (0 without retrieved characters)."""
+    return _ratio(c.covered, c.retrieved)
+
+
+def _span_iou(c: SpanCoverage) -> np.ndarray:
+    """Span IoU = covered / (Σ|retrieved chunk| + evidence characters not covered)."""
+    return _ratio(c.covered, c.retrieved + c.evidence_union - c.covered)
+
+
+for _spec in (
+    MetricSpec(
+        "span_recall",
+        _span_recall,
+        "Share of the evidence covered by the top k chunks.",
+        level="span",
+    ),
+    MetricSpec(
+        "span_precision",
+        _span_precision,
+        "Share of the top k chunks' text that is evidence.",
+        level="span",
+    ),
+    MetricSpec(
+        "span_iou",
+        _span_iou,
+        "Intersection over union of the top k chunks and the evidence.",
+        level="span",
+    ),
+    MetricSpec(
+        "token_recall",
+        _span_recall,
+        "Span recall of the leading chunks that fit in N tokens.",
+        cutoff="budget",
+        level="span",
+        written_as="recall",
+    ),
+):
+    register_metric(_spec)
+
+
+def _coverage(
+    spans: _Spans, rows: np.ndarray, taken: np.ndarray, query_ids: Sequence[str]
+) -> SpanCoverage:
+    """The ``SpanCoverage`` of each ranking row's ``taken`` chunks."""
+    counts = []
+    for i, q in enumerate(query_ids):
+        retrieved, evidence = spans.chunks[rows[i][taken[i]]], spans.evidence.get(q, _NO_SPANS)
+        union = _merge(evidence)
+        covered = int(_overlaps(_merge(retrieved), union).sum())
+        counts.append((covered, _total(retrieved), _total(evidence), _total(union)))
+    return SpanCoverage(*np.array(counts, dtype=np.int64).reshape(-1, 4).T)
 
 
 class _TokenCounts:
@@ -356,29 +278,29 @@ def span_metrics(
     counter: TokenCounter | None = None,
     chunk_text: Callable[[str], str] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Per-query span metrics (``span_recall@k``, ``span_precision@k``, ``span_iou@k``,
-    ``recall@Ntok``) of a chunk ranking; formulas in ``_span_scores``.
+    """Per-query values of span-level metrics (``span_recall@k``, ``span_precision@k``,
+    ``span_iou@k``, ``recall@Ntok``, any registered with level ``span``) of a chunk ranking.
 
-    The retrieved chunks are the ranking's first k distinct chunks (``@k``), or its leading
-    chunks while their cumulative token count stays <= N (``@Ntok``; ``counter`` defaults to
-    cl100k, texts come from the table or ``chunk_text(chunk_id)``) — span recall of those.
-    Queries without evidence score 0.
+    The retrieved chunks are the ranking's first k distinct chunks (``@k``; all of them without
+    a cutoff), or its leading chunks while their cumulative token count stays <= N (``@Ntok``;
+    ``counter`` defaults to cl100k, texts come from the table or ``chunk_text(chunk_id)``); the
+    metric's kernel turns their ``SpanCoverage`` into values. Queries without evidence score 0.
     """
     parsed = parse_metrics(metrics)
     for m in parsed:
-        if not m.is_span:
+        if m.level != "span":
             raise ConfigError(f"metric {m.name!r} is not a span metric")
     if parsed and not labeled.has_spans:
         raise ConfigError(
             f"metric {parsed[0].name!r} needs span evidence; labeled set {labeled.name!r} has none"
         )
-    rows = _compact(_first_rows(_ranking_rows(ranking, query_ids, table)))
+    rows = _compact(first_rows(_ranking_rows(ranking, query_ids, table)))
     spans = _spans(table, labeled)
     tokens: _TokenCounts | None = None
-    scored: dict[tuple[int | None, int | None], list[_SpanScores]] = {}
+    coverage: dict[tuple[int | None, int | None], SpanCoverage] = {}
     out: dict[str, np.ndarray] = {}
     for m in parsed:
-        if (m.k, m.budget) not in scored:
+        if (m.k, m.budget) not in coverage:
             if m.budget is not None:
                 tokens = tokens or _TokenCounts(
                     table,
@@ -387,13 +309,10 @@ def span_metrics(
                 )
                 taken = _budget_prefix(rows, m.budget, tokens)
             else:
-                taken = (np.arange(rows.shape[1]) < (m.k or 0)) & (rows >= 0)
-            scored[m.k, m.budget] = [
-                _span_scores(spans.chunks[rows[i][taken[i]]], spans.evidence.get(q, _NO_SPANS))
-                for i, q in enumerate(query_ids)
-            ]
-        field = _SCORE_OF[m.family]
-        out[m.name] = np.array([getattr(s, field) for s in scored[m.k, m.budget]], dtype=float)
+                cut = rows.shape[1] if m.k is None else m.k
+                taken = (np.arange(rows.shape[1]) < cut) & (rows >= 0)
+            coverage[m.k, m.budget] = _coverage(spans, rows, taken, query_ids)
+        out[m.name] = m.spec.kernel(coverage[m.k, m.budget])
     return out
 
 
@@ -450,21 +369,23 @@ def evaluate_chunks(
 ) -> dict[str, np.ndarray]:
     """Per-query metrics of a chunk ranking (row ``i`` is ``query_ids[i]``), in metric order.
 
-    Span metrics (``span_*@k``, ``recall@Ntok``) always use the span evidence. Ranking metrics
-    use the projection of ``level``: ``document`` (document qrels, ``document_ranking``) or
-    ``chunk`` (``chunk_qrels`` with ``min_overlap``); level ``span`` takes span metrics only.
+    Each metric goes where its level in the metric table says. Span-level metrics
+    (``span_*@k``, ``recall@Ntok``) always use the span evidence (``span_metrics``). Rank-level
+    metrics use the projection of ``level``: ``document`` (document qrels,
+    ``document_ranking``) or ``chunk`` (``chunk_qrels`` with ``min_overlap``); evaluation level
+    ``span`` takes span-level metrics only.
     ``depth`` cuts the projected ranking (documents or chunks) to that many results.
     """
     if level not in _LEVELS:
         raise ConfigError(f"unknown evaluation level {level!r}; allowed: {', '.join(_LEVELS)}")
     parsed = parse_metrics(metrics)
-    ranked = [m for m in parsed if not m.is_span]
+    ranked = [m for m in parsed if m.level == "rank"]
     if ranked and level == "span":
         raise ConfigError(
             f"metric {ranked[0].name!r} ranks documents or chunks: use level 'document' or "
             "'chunk' (span metrics are computed at every level)"
         )
-    spanned = [m for m in parsed if m.is_span]
+    spanned = [m for m in parsed if m.level == "span"]
     out: dict[str, np.ndarray] = {}
     if spanned:
         out = span_metrics(ranking, query_ids, table, labeled, spanned, counter, chunk_text)

@@ -1,10 +1,15 @@
-"""Ranking metrics with trec_eval's exact semantics, vectorised over queries.
+"""Ranking metrics with trec_eval's exact semantics, vectorised over queries, and the metric
+table that names every metric.
 
-Metric strings (case-insensitive, canonical form lowercase): ``ndcg@k``, ``recall@k``,
-``precision@k`` (``p@k``), ``mrr`` / ``mrr@k``, ``map`` / ``map@k``, ``hit_rate@k``
-(``success@k``), ``r_precision``, and the span metrics ``span_recall@k``, ``span_precision@k``,
-``span_iou@k``, ``recall@Ntok`` whose names are parsed here but which are computed by
-``ragbench.evaluate.labels`` (they need chunk offsets).
+The metric table holds one ``MetricSpec`` per metric family: canonical name, aliases, cutoff
+rule, level, direction, a one-line doc and the kernel computing per-query values. Parsing, error
+messages, ``evaluate`` / ``evaluate_run`` and ``ragbench.evaluate.labels.evaluate_chunks`` all
+read the table, so ``register_metric`` is all a new metric needs. Metric strings are
+case-insensitive; canonical names are lowercase. The rank metrics registered here: ``ndcg@k``,
+``recall@k``, ``precision@k`` (``p@k``), ``mrr`` / ``mrr@k``, ``map`` / ``map@k``,
+``hit_rate@k`` (``success@k``), ``r_precision``. The span metrics ``span_recall@k``,
+``span_precision@k``, ``span_iou@k`` and ``recall@Ntok`` need chunk offsets and span evidence:
+they register in ``ragbench.evaluate.labels``, which the table imports when a lookup misses.
 
 trec_eval semantics: each query's results are ordered by score descending, then document id
 descending (byte order), whatever order they come in; a repeated id keeps its first occurrence.
@@ -18,18 +23,21 @@ present in both qrels and run, or every qrels query with ``-c``.
 
 How: document ids become an Arrow string array; one stable Arrow sort by (query, score desc,
 id desc) gives every result its rank; a hash lookup (``index_in``) plus a binary search over
-integer (query, document) keys finds the judged ones. Every metric is then a few array
-operations over the retrieved *judged* documents only, so cost grows with the run size once,
-not with the number of metrics.
+integer (query, document) keys finds the judged ones (``RankedHits``). Every rank kernel is then
+a few array operations over the retrieved *judged* documents only, so cost grows with the run
+size once, not with the number of metrics.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import chain
-from typing import Literal, NamedTuple
+from types import MappingProxyType
+from typing import Literal, NamedTuple, TypeVar, get_args
 
 import numpy as np
 import pandas as pd
@@ -41,73 +49,188 @@ from ragbench.errors import ConfigError
 from ragbench.types import Ranking
 
 __all__ = [
+    "Cutoff",
+    "Judgements",
     "Metric",
+    "MetricLevel",
+    "MetricSpec",
+    "RankKernel",
+    "RankedHits",
+    "allowed_forms",
+    "best_first",
+    "best_index",
     "evaluate",
     "evaluate_run",
+    "higher_is_better",
     "mean",
+    "metric_table",
     "parse_metric",
     "parse_metrics",
+    "register_metric",
     "relevant_query_ids",
+    "unregister_metric",
 ]
 
-Family = Literal[
-    "ndcg",
-    "recall",
-    "precision",
-    "mrr",
-    "map",
-    "hit_rate",
-    "r_precision",
-    "span_recall",
-    "span_precision",
-    "span_iou",
-    "token_recall",
-]
+Cutoff = Literal["required", "optional", "none", "budget"]
+MetricLevel = Literal["rank", "span"]
 
-SPAN_FAMILIES: frozenset[str] = frozenset(
-    {"span_recall", "span_precision", "span_iou", "token_recall"}
-)
-
-_ALIASES: dict[str, Family] = {
-    "ndcg": "ndcg",
-    "recall": "recall",
-    "precision": "precision",
-    "p": "precision",
-    "mrr": "mrr",
-    "map": "map",
-    "hit_rate": "hit_rate",
-    "success": "hit_rate",
-    "r_precision": "r_precision",
-    "span_recall": "span_recall",
-    "span_precision": "span_precision",
-    "span_iou": "span_iou",
-}
-_CUTOFF_OPTIONAL = frozenset({"mrr", "map"})
-_NO_CUTOFF = frozenset({"r_precision"})
+_Key = TypeVar("_Key")
+_WORD = re.compile(r"[a-z_]+")
 _PATTERN = re.compile(r"(?P<name>[a-z_]+)(?:@(?P<k>\d+)(?P<tok>tok)?)?")
-_ALLOWED_FORMS = (
-    "ndcg@K, recall@K, precision@K (p@K), mrr, mrr@K, map, map@K, hit_rate@K (success@K), "
-    "r_precision, span_recall@K, span_precision@K, span_iou@K, recall@Ntok "
-    "(K and N positive integers)"
-)
+_FORMS = {"required": "{}@K", "optional": "{0}, {0}@K", "none": "{}", "budget": "{}@Ntok"}
+# modules registering built-in metrics that cannot live here, imported when a lookup misses
+_BUILTIN_MODULES = ["ragbench.evaluate.labels"]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One row of the metric table: a metric family, how metric strings spell it, how to compute
+    it and which way is better.
+
+    ``name``: canonical family name, lowercase. Metric strings write ``written_as`` (default
+    ``name``; ``token_recall`` is written ``recall@Ntok``) or one of ``aliases``, then the
+    cutoff. ``cutoff``: ``required`` (``name@K``), ``optional`` (``name`` or ``name@K``),
+    ``none`` (``name``) or ``budget`` (``name@Ntok``, a token budget; span level only).
+    ``level``: ``rank`` metrics score a ranking of documents or chunks (by the evaluation level)
+    against graded qrels, ``kernel(hits, judged, k, n)`` (``RankKernel``); ``span`` metrics score
+    the characters of the retrieved chunks against span evidence at every evaluation level,
+    ``kernel(coverage)`` (``ragbench.evaluate.labels.SpanKernel``). Kernels return one float per
+    query. ``higher_is_better``: the direction used to pick best trials. ``doc``: one line.
+    """
+
+    name: str
+    kernel: Callable[..., np.ndarray]
+    doc: str
+    cutoff: Cutoff = "required"
+    level: MetricLevel = "rank"
+    higher_is_better: bool = True
+    aliases: tuple[str, ...] = ()
+    written_as: str = ""
+
+    def __post_init__(self) -> None:
+        bad = [s for s in (self.name, *self.spellings) if not _WORD.fullmatch(s)]
+        if bad:
+            raise ValueError(f"metric {self.name!r}: names must be lowercase [a-z_]+, got {bad}")
+        if self.cutoff not in get_args(Cutoff) or self.level not in get_args(MetricLevel):
+            raise ValueError(
+                f"metric {self.name!r}: cutoff must be one of {get_args(Cutoff)} and level one "
+                f"of {get_args(MetricLevel)}, got {self.cutoff!r} and {self.level!r}"
+            )
+        if self.cutoff == "budget" and self.level != "span":
+            raise ValueError(f"metric {self.name!r}: a token budget needs level 'span'")
+        if not self.doc.strip() or "\n" in self.doc:
+            raise ValueError(f"metric {self.name!r}: doc must be one non-empty line")
+
+    @property
+    def spellings(self) -> tuple[str, ...]:
+        """What metric strings may write before ``@``: the canonical spelling first."""
+        return (self.written_as or self.name, *self.aliases)
+
+    @property
+    def forms(self) -> str:
+        """The metric strings this family accepts, e.g. ``precision@K (p@K)``."""
+        main, *others = (_FORMS[self.cutoff].format(s) for s in self.spellings)
+        return f"{main} ({', '.join(others)})" if others else main
+
+
+_TABLE: dict[str, MetricSpec] = {}
+_SPELLINGS: dict[tuple[str, bool], MetricSpec] = {}  # (spelling, with a token budget) → spec
+
+
+def _load_builtins() -> None:
+    """Import the modules registering the built-in metrics kept elsewhere, each once (popped
+    first, so a module registering metrics while it is being imported does not recurse)."""
+    while _BUILTIN_MODULES:
+        importlib.import_module(_BUILTIN_MODULES.pop())
+
+
+def _lookup(table: Mapping[_Key, MetricSpec], key: _Key) -> MetricSpec | None:
+    """``table[key]``, loading the built-in metrics defined elsewhere when it is missing."""
+    if key not in table:
+        _load_builtins()
+    return table.get(key)
+
+
+def _add(spec: MetricSpec) -> MetricSpec:
+    """Put ``spec`` in the table unless its name or a spelling is taken (no lazy loading: the
+    built-ins of this module register this way while it is imported)."""
+    keys = [(s, spec.cutoff == "budget") for s in spec.spellings]
+    taken = [f"{s!r} (by {_SPELLINGS[s, b].name!r})" for s, b in keys if (s, b) in _SPELLINGS]
+    if spec.name in _TABLE or taken:
+        raise ValueError(
+            f"metric {spec.name!r}: the name or a spelling is already registered: "
+            + (", ".join(taken) or repr(spec.name))
+        )
+    _TABLE[spec.name] = spec
+    _SPELLINGS.update(dict.fromkeys(keys, spec))
+    return spec
+
+
+def register_metric(spec: MetricSpec) -> MetricSpec:
+    """Add a metric family to the table; it then parses, shows in error messages and computes
+    through ``evaluate`` / ``evaluate_chunks``. Raises ``ValueError`` when its name or one of
+    its spellings is taken. Returns ``spec``."""
+    _load_builtins()
+    return _add(spec)
+
+
+def unregister_metric(name: str) -> MetricSpec:
+    """Remove the metric family ``name`` from the table (e.g. after a test); returns its spec.
+    Raises ``KeyError`` when no such family is registered."""
+    _load_builtins()
+    spec = _TABLE.pop(name)
+    for s in spec.spellings:
+        del _SPELLINGS[s, spec.cutoff == "budget"]
+    return spec
+
+
+def metric_table() -> Mapping[str, MetricSpec]:
+    """The metric table, family name → spec, in registration order (read-only, live)."""
+    _load_builtins()
+    return MappingProxyType(_TABLE)
+
+
+def allowed_forms() -> str:
+    """Every metric string form the table accepts, as error messages list them."""
+    forms = ", ".join(spec.forms for spec in metric_table().values())
+    return f"{forms} (K and N positive integers)"
 
 
 @dataclass(frozen=True, slots=True)
 class Metric:
     """A parsed metric: canonical ``name``, ``family``, rank cutoff ``k`` or token ``budget``.
 
-    ``k`` is None for metrics over the whole ranking (``mrr``, ``map``, ``r_precision``).
+    ``k`` is None for metrics over the whole ranking (``mrr``, ``map``, ``r_precision``). The
+    family's row of the metric table (``spec``) gives its level and direction.
     """
 
     name: str
-    family: Family
+    family: str
     k: int | None = None
     budget: int | None = None
 
     @property
+    def spec(self) -> MetricSpec:
+        """The metric table row of the family."""
+        spec = _lookup(_TABLE, self.family)
+        if spec is None:
+            raise ConfigError(f"metric {self.name!r}: no metric family {self.family!r}")
+        return spec
+
+    @property
+    def level(self) -> MetricLevel:
+        """``rank`` (a ranking against qrels) or ``span`` (chunk offsets against evidence)."""
+        return self.spec.level
+
+    @property
     def is_span(self) -> bool:
         """Whether the metric needs chunk offsets and span evidence (see ``labels``)."""
-        return self.family in SPAN_FAMILIES
+        return self.level == "span"
+
+    @property
+    def higher_is_better(self) -> bool:
+        """Whether a higher value is better (False: the best trial has the lowest value)."""
+        return self.spec.higher_is_better
 
     def __str__(self) -> str:
         return self.name
@@ -120,26 +243,48 @@ def parse_metric(spec: str | Metric) -> Metric:
     """
     if isinstance(spec, Metric):
         return spec
-    text = str(spec).strip().lower()
-    match = _PATTERN.fullmatch(text)
-    family = _ALIASES.get(match["name"]) if match else None
-    if match is None or family is None:
-        raise ConfigError(f"unknown metric {spec!r}; allowed forms: {_ALLOWED_FORMS}")
+    match = _PATTERN.fullmatch(str(spec).strip().lower())
+    budget = bool(match and match["tok"])
+    found = _lookup(_SPELLINGS, (match["name"], budget)) if match else None
+    if match is None or (found is None and (match["name"], not budget) not in _SPELLINGS):
+        raise ConfigError(f"unknown metric {spec!r}; allowed forms: {allowed_forms()}")
     k = int(match["k"]) if match["k"] is not None else None
     if k is not None and k < 1:
-        raise ConfigError(f"metric {spec!r}: the cutoff must be >= 1; allowed: {_ALLOWED_FORMS}")
-    if match["tok"]:
-        if family != "recall":
-            raise ConfigError(
-                f"metric {spec!r}: a token budget is only allowed on recall; "
-                f"allowed forms: {_ALLOWED_FORMS}"
-            )
-        return Metric(f"recall@{k}tok", "token_recall", budget=k)
-    if k is None and family not in _CUTOFF_OPTIONAL | _NO_CUTOFF:
-        raise ConfigError(f"metric {spec!r} needs a cutoff @K; allowed forms: {_ALLOWED_FORMS}")
-    if k is not None and family in _NO_CUTOFF:
-        raise ConfigError(f"metric {spec!r} takes no cutoff; allowed forms: {_ALLOWED_FORMS}")
-    return Metric(family if k is None else f"{family}@{k}", family, k=k)
+        raise ConfigError(f"metric {spec!r}: the cutoff must be >= 1; allowed: {allowed_forms()}")
+    if found is None and budget:
+        budgeted = ", ".join(s for s, with_budget in _SPELLINGS if with_budget)
+        raise ConfigError(
+            f"metric {spec!r}: a token budget is only allowed on {budgeted}; "
+            f"allowed forms: {allowed_forms()}"
+        )
+    if found is None:
+        raise ConfigError(
+            f"metric {spec!r} needs a token budget @Ntok; allowed forms: {allowed_forms()}"
+        )
+    if k is None and found.cutoff == "required":
+        raise ConfigError(f"metric {spec!r} needs a cutoff @K; allowed forms: {allowed_forms()}")
+    if k is not None and found.cutoff == "none":
+        raise ConfigError(f"metric {spec!r} takes no cutoff; allowed forms: {allowed_forms()}")
+    written = found.spellings[0]
+    if budget:
+        return Metric(f"{written}@{k}tok", found.name, budget=k)
+    return Metric(written if k is None else f"{written}@{k}", found.name, k=k)
+
+
+def higher_is_better(name: str) -> bool:
+    """Whether a higher value of metric ``name`` (any accepted spelling) is better."""
+    return parse_metric(name).higher_is_better
+
+
+def best_index(values: pd.Series, metric: str) -> Hashable:
+    """The index label of the best of ``values`` of ``metric``: the highest, or the lowest when
+    lower is better (the metric's direction in the metric table)."""
+    return values.idxmax() if higher_is_better(metric) else values.idxmin()
+
+
+def best_first(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """``frame`` sorted by its ``metric`` column, best first (by the metric's direction)."""
+    return frame.sort_values(metric, ascending=not higher_is_better(metric))
 
 
 def parse_metrics(specs: Sequence[str | Metric]) -> list[Metric]:
@@ -219,7 +364,7 @@ def evaluate_run(
 def _rank_metrics(metrics: Sequence[str | Metric]) -> list[Metric]:
     parsed = parse_metrics(metrics)
     for m in parsed:
-        if m.is_span:
+        if m.level != "rank":
             raise ConfigError(
                 f"metric {m.name!r} needs chunk offsets and span evidence; "
                 "use ragbench.evaluate.labels.evaluate_chunks"
@@ -262,19 +407,41 @@ def _first_occurrences(entries: _Entries) -> np.ndarray | None:
     return np.flatnonzero(keep)
 
 
-class _Judged(NamedTuple):
-    """Qrels of the evaluated queries as sorted integer keys ``row * n_docs + doc``."""
+@dataclass(frozen=True, eq=False)
+class Judgements:
+    """The qrels of the evaluated queries, as a rank kernel sees them (query ``i`` is row ``i``).
+
+    Every judgement, sorted by its integer key ``row * len(docs) + index of the document in
+    docs``: ``rows``, ``keys``, ``grades``. Per query: ``num_rel``, the number of judged
+    documents with grade >= the relevance level (floats). ``ideal_gains(depth)``: the best
+    gains for ideal DCG.
+    """
 
     docs: pa.Array
+    rows: np.ndarray
     keys: np.ndarray
     grades: np.ndarray
     num_rel: np.ndarray
-    ideal: np.ndarray  # (n_queries, depth) best positive grades, descending, zero-padded
+
+    @cached_property
+    def _best_first(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Judgements by (query, gain descending): row, position within the query, gain."""
+        gains = np.maximum(self.grades, 0)
+        order = np.lexsort((-gains, self.rows))
+        rows = self.rows[order]
+        return rows, np.arange(len(rows)) - np.searchsorted(rows, rows), gains[order]
+
+    def ideal_gains(self, depth: int) -> np.ndarray:
+        """Each query's ``depth`` best gains (grades, <= 0 gaining nothing), descending, as a
+        zero-padded ``(n_queries, depth)`` matrix."""
+        rows, position, gains = self._best_first
+        top = position < depth
+        ideal = np.zeros((len(self.num_rel), depth), dtype=np.float64)
+        ideal[rows[top], position[top]] = gains[top]
+        return ideal
 
 
-def _judged(
-    qrels: Qrels, query_ids: Sequence[str], relevance_level: int, ideal_depth: int
-) -> _Judged:
+def _judgements(qrels: Qrels, query_ids: Sequence[str], relevance_level: int) -> Judgements:
     judgements = [qrels.get(q) or {} for q in query_ids]
     counts = np.fromiter(map(len, judgements), dtype=np.int64, count=len(judgements))
     total = int(counts.sum())
@@ -286,45 +453,41 @@ def _judged(
     docs = encoded.dictionary
     keys = rows * len(docs) + encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     order = np.argsort(keys, kind="stable")
-    relevant = grades >= relevance_level
-    num_rel = np.bincount(rows, weights=relevant, minlength=len(judgements))
-    ideal = _ideal_gains(rows, grades, counts, ideal_depth)
-    return _Judged(docs, keys[order], grades[order], num_rel, ideal)
+    num_rel = np.bincount(rows, weights=grades >= relevance_level, minlength=len(judgements))
+    return Judgements(docs, rows[order], keys[order], grades[order], num_rel)
 
 
-def _ideal_gains(
-    rows: np.ndarray, grades: np.ndarray, counts: np.ndarray, depth: int
-) -> np.ndarray:
-    """Each query's ``depth`` best positive grades, descending, as a zero-padded matrix."""
-    gains = np.maximum(grades, 0)
-    order = np.lexsort((-gains, rows))
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    position = np.arange(len(rows)) - starts[rows[order]]
-    top = position < depth
-    ideal = np.zeros((len(counts), depth), dtype=np.float64)
-    ideal[rows[order][top], position[top]] = gains[order][top]
-    return ideal
+class RankedHits(NamedTuple):
+    """The retrieved documents that are judged, as a rank kernel sees a ranking.
 
-
-class _Hits(NamedTuple):
-    """Retrieved judged documents in (query, rank) order: row, 0-based rank, grade, relevance."""
+    One entry per retrieved judged document, in (query, rank) order: ``rows`` (query index),
+    ``ranks`` (0-based position among the query's results in trec_eval order, unjudged
+    documents included), ``grades`` and ``relevant`` (grade >= the relevance level).
+    """
 
     rows: np.ndarray
     ranks: np.ndarray
     grades: np.ndarray
     relevant: np.ndarray
 
-    def within(self, k: int | None) -> _Hits:
+    def within(self, k: int | None) -> RankedHits:
+        """The hits ranked in the top ``k`` (all of them when ``k`` is None)."""
         if k is None:
             return self
         keep = self.ranks < k
-        return _Hits(*(a[keep] for a in self))
+        return RankedHits(*(a[keep] for a in self))
 
-    def relevant_only(self) -> _Hits:
-        return _Hits(*(a[self.relevant] for a in self))
+    def relevant_only(self) -> RankedHits:
+        """The relevant hits."""
+        return RankedHits(*(a[self.relevant] for a in self))
 
 
-def _hits(entries: _Entries, judged: _Judged, relevance_level: int, n: int) -> _Hits:
+RankKernel = Callable[[RankedHits, Judgements, int | None, int], np.ndarray]
+"""``kernel(hits, judged, k, n)``: per-query values (float array of length ``n``, the number of
+queries) of a rank metric at cutoff ``k`` (None without one)."""
+
+
+def _hits(entries: _Entries, judged: Judgements, relevance_level: int, n: int) -> RankedHits:
     """Rank entries like trec_eval (score desc, id desc) and keep the judged ones."""
     table = pa.table({"row": entries.rows, "score": entries.scores, "id": entries.ids})
     order = pc.sort_indices(
@@ -343,7 +506,7 @@ def _hits(entries: _Entries, judged: _Judged, relevance_level: int, n: int) -> _
     relevant = grades >= relevance_level
     row_start = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))[:-1]])
     ranks = found - row_start[rows[found]]
-    return _Hits(rows[found], ranks, grades, relevant)
+    return RankedHits(rows[found], ranks, grades, relevant)
 
 
 def _evaluate_entries(
@@ -357,11 +520,10 @@ def _evaluate_entries(
         raise ValueError(f"relevance_level must be >= 1, got {relevance_level}")
     if np.isnan(entries.scores).any():
         raise ValueError("ranking scores contain NaN; trec_eval ordering is undefined for them")
-    ideal_depth = max((m.k or 0 for m in metrics if m.family == "ndcg"), default=0)
-    judged = _judged(qrels, query_ids, relevance_level, ideal_depth)
+    judged = _judgements(qrels, query_ids, relevance_level)
     n = len(query_ids)
     hits = _hits(entries, judged, relevance_level, n)
-    return {m.name: _KERNELS[m.family](hits, judged, m.k, n) for m in metrics}
+    return {m.name: m.spec.kernel(hits, judged, m.k, n) for m in metrics}
 
 
 def _count(rows: np.ndarray, n: int, weights: np.ndarray | None = None) -> np.ndarray:
@@ -380,23 +542,23 @@ def _first_per_row(rows: np.ndarray) -> np.ndarray:
     return np.concatenate([[True], rows[1:] != rows[:-1]]) if len(rows) else rows.astype(bool)
 
 
-def _precision(hits: _Hits, judged: _Judged, k: int | None, n: int) -> np.ndarray:
+def _precision(hits: RankedHits, judged: Judgements, k: int | None, n: int) -> np.ndarray:
     """P@k = |relevant in top k| / k (k even when fewer results), trec_eval ``P_k``."""
-    cutoff = int(k)  # type: ignore[arg-type]  # parse_metric gives precision a cutoff
+    cutoff = int(k)  # type: ignore[arg-type]  # precision's cutoff is required
     return _count(hits.within(cutoff).relevant_only().rows, n) / cutoff
 
 
-def _recall(hits: _Hits, judged: _Judged, k: int | None, n: int) -> np.ndarray:
+def _recall(hits: RankedHits, judged: Judgements, k: int | None, n: int) -> np.ndarray:
     """recall@k = |relevant in top k| / |relevant judged|, trec_eval ``recall_k``."""
     return _ratio(_count(hits.within(k).relevant_only().rows, n), judged.num_rel)
 
 
-def _hit_rate(hits: _Hits, judged: _Judged, k: int | None, n: int) -> np.ndarray:
+def _hit_rate(hits: RankedHits, judged: Judgements, k: int | None, n: int) -> np.ndarray:
     """hit_rate@k = 1 if any relevant document is in the top k else 0, trec_eval ``success_k``."""
     return (_count(hits.within(k).relevant_only().rows, n) > 0).astype(np.float64)
 
 
-def _mrr(hits: _Hits, judged: _Judged, k: int | None, n: int) -> np.ndarray:
+def _mrr(hits: RankedHits, judged: Judgements, k: int | None, n: int) -> np.ndarray:
     """mrr@k = 1 / rank of the first relevant document within the top k (0 if none),
     trec_eval ``recip_rank`` on the run cut at k."""
     rel = hits.within(k).relevant_only()
@@ -406,7 +568,7 @@ def _mrr(hits: _Hits, judged: _Judged, k: int | None, n: int) -> np.ndarray:
     return out
 
 
-def _map(hits: _Hits, judged: _Judged, k: int | None, n: int) -> np.ndarray:
+def _map(hits: RankedHits, judged: Judgements, k: int | None, n: int) -> np.ndarray:
     """AP@k = Σ over relevant documents at rank r <= k of precision@r, / |relevant judged|,
     trec_eval ``map_cut_k`` (``map`` without k)."""
     rel = hits.within(k).relevant_only()
@@ -416,30 +578,33 @@ def _map(hits: _Hits, judged: _Judged, k: int | None, n: int) -> np.ndarray:
     return _ratio(_count(rel.rows, n, seen / (rel.ranks + 1)), judged.num_rel)
 
 
-def _r_precision(hits: _Hits, judged: _Judged, k: int | None, n: int) -> np.ndarray:
+def _r_precision(hits: RankedHits, judged: Judgements, k: int | None, n: int) -> np.ndarray:
     """R-precision = |relevant in top R| / R with R = |relevant judged|, trec_eval ``Rprec``."""
     rel = hits.relevant_only()
     inside = rel.ranks < judged.num_rel[rel.rows]
     return _ratio(_count(rel.rows[inside], n), judged.num_rel)
 
 
-def _ndcg(hits: _Hits, judged: _Judged, k: int | None, n: int) -> np.ndarray:
+def _ndcg(hits: RankedHits, judged: Judgements, k: int | None, n: int) -> np.ndarray:
     """nDCG@k = DCG@k / ideal DCG@k with DCG@k = Σ_{r<=k} gain_r / log2(r + 1), gain = grade
     (<= 0 gains nothing) and the ideal over all the query's judged grades, trec_eval
     ``ndcg_cut_k``."""
-    top = hits.within(k)
+    cutoff = int(k)  # type: ignore[arg-type]  # nDCG's cutoff is required
+    top = hits.within(cutoff)
     dcg = _count(top.rows, n, np.maximum(top.grades, 0) / np.log2(top.ranks + 2.0))
-    ideal = judged.ideal[:, :k]
-    idcg = ideal @ (1.0 / np.log2(np.arange(ideal.shape[1]) + 2.0))
+    idcg = judged.ideal_gains(cutoff) @ (1.0 / np.log2(np.arange(cutoff) + 2.0))
     return _ratio(dcg, idcg)
 
 
-_KERNELS = {
-    "ndcg": _ndcg,
-    "recall": _recall,
-    "precision": _precision,
-    "mrr": _mrr,
-    "map": _map,
-    "hit_rate": _hit_rate,
-    "r_precision": _r_precision,
-}
+for _spec in (
+    MetricSpec("ndcg", _ndcg, "Normalised discounted cumulative gain of the top k."),
+    MetricSpec("recall", _recall, "Share of the relevant documents that are in the top k."),
+    MetricSpec("precision", _precision, "Share of the top k that is relevant.", aliases=("p",)),
+    MetricSpec("mrr", _mrr, "1 / rank of the first relevant result.", cutoff="optional"),
+    MetricSpec("map", _map, "Average precision over the relevant documents.", cutoff="optional"),
+    MetricSpec(
+        "hit_rate", _hit_rate, "1 when the top k holds a relevant document.", aliases=("success",)
+    ),
+    MetricSpec("r_precision", _r_precision, "Precision at R = |relevant|.", cutoff="none"),
+):
+    _add(_spec)

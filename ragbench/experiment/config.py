@@ -1,10 +1,11 @@
 """Experiment configs: the YAML schema, validation with key paths, and sweep expansion.
 
-A ``sweep`` names, per stage (``chunker``, ``embedder``, ``retriever``, ``reranker``), a list of
+A ``sweep`` names, per axis (``chunker``, ``embedder``, ``query``, ``retriever``, ``reranker``,
+``postprocess``, and any axis a plugin registers — see ``ragbench.registry.axes``), a list of
 component specs — the choices. Inside a spec, a list given for an option that takes one value is
 an axis (``size: [256, 512]``); an option that itself takes a list (``weights``, ``separators``)
 is swept with a list of lists. Nested components (``fusion: {kind: rrf, k: [10, 60]}``) expand
-the same way. Expansion drops stages a trial does not use (a BM25 trial has no embedder) and
+the same way. Expansion drops axes a trial does not use (a BM25 trial has no embedder) and
 dedupes identical effective pipelines; each trial gets a stable id (hash of its effective
 config) and a readable label.
 """
@@ -35,10 +36,9 @@ from pydantic import (
 
 from ragbench.errors import ConfigError
 from ragbench.evaluate.metrics import parse_metrics
-from ragbench.registry import ComponentConfig, format_validation_error, registry
+from ragbench.registry import Axis, ComponentConfig, axes, components, format_validation_error
 
 __all__ = [
-    "STAGES",
     "DatasetSpec",
     "EvaluationSpec",
     "ExperimentConfig",
@@ -47,13 +47,6 @@ __all__ = [
     "expand",
     "load_config",
 ]
-
-STAGES = ("chunker", "embedder", "retriever", "reranker")
-_DEFAULTS: dict[str, list[dict[str, Any]]] = {
-    "chunker": [{"kind": "none"}],
-    "embedder": [{"kind": "sentence-transformers"}],
-    "reranker": [{"kind": "none"}],
-}
 
 
 class _Strict(BaseModel):
@@ -125,7 +118,7 @@ class SearchSpec(_Strict):
 
 
 class ExperimentConfig(_Strict):
-    """A whole experiment file (see DESIGN section 6)."""
+    """A whole experiment file (see README, "Sweeps", and ARCHITECTURE.md)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     dataset: DatasetSpec
@@ -140,9 +133,10 @@ class ExperimentConfig(_Strict):
     def _stages(cls, value: Any) -> Any:
         if not isinstance(value, Mapping):
             return value
-        unknown = sorted(set(value) - set(STAGES))
+        names = [a.name for a in axes()]
+        unknown = sorted(set(value) - set(names))
         if unknown:
-            raise ValueError(f"unknown stage {unknown[0]!r}; allowed: {', '.join(STAGES)}")
+            raise ValueError(f"unknown stage {unknown[0]!r}; allowed: {', '.join(names)}")
         return {k: v if isinstance(v, list) else [v] for k, v in value.items()}
 
     @property
@@ -232,18 +226,22 @@ def load_config(
 # ---------------------------------------------------------------- expansion
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Trial:
-    """One effective pipeline: a config per stage it uses (``embedder`` may be None)."""
+    """One effective pipeline: a component config per axis it uses, in pipeline order."""
 
-    chunker: ComponentConfig
-    retriever: ComponentConfig
-    reranker: ComponentConfig
-    embedder: ComponentConfig | None
+    configs: Mapping[str, ComponentConfig]
+
+    def __getitem__(self, axis: str) -> ComponentConfig:
+        return self.configs[axis]
+
+    def get(self, axis: str) -> ComponentConfig | None:
+        """The config on ``axis``, None when the trial does not use it."""
+        return self.configs.get(axis)
 
     def effective(self) -> dict[str, Any]:
-        """The config that defines the trial (unused stages dropped)."""
-        return {s: getattr(self, s).model_dump(mode="json") for s in STAGES if getattr(self, s)}
+        """The config that defines the trial (unused axes dropped)."""
+        return {axis: config.model_dump(mode="json") for axis, config in self.configs.items()}
 
     @property
     def id(self) -> str:
@@ -253,12 +251,15 @@ class Trial:
 
     @property
     def label(self) -> str:
-        """Readable name: retriever, chunker, embedder (if used), reranker (if any)."""
-        parts = [self.retriever.label(), self.chunker.label()]
-        if self.embedder is not None:
-            parts.append(_embedder_label(self.embedder))
-        if self.reranker.kind != "none":
-            parts.append("rerank:" + self.reranker.label())
+        """Readable name: retriever, chunker, embedder (if used), then the other steps that do
+        something (``rerank:dense(candidates=30)``)."""
+        parts = []
+        for axis in sorted(axes(), key=lambda a: a.label):
+            config = self.configs.get(axis.name)
+            if config is None or (axis.prefix and config.kind == "none"):
+                continue
+            text = _embedder_label(config) if axis.name == "embedder" else config.label()
+            parts.append(axis.prefix + text)
         return " | ".join(parts)
 
     def params(self) -> dict[str, Any]:
@@ -267,6 +268,29 @@ class Trial:
         for stage, values in self.effective().items():
             _flatten(stage, values, flat)
         return flat
+
+
+def make_trial(picked: Mapping[str, ComponentConfig]) -> Trial:
+    """The trial of one pick per axis: on-demand axes no chosen component uses are dropped,
+    and optional axes at their default are left out of its identity."""
+    known = {a.name: a for a in axes()}
+    used: set[str] = set()
+    for name, config in picked.items():
+        if not known[name].on_demand:
+            used |= config.axes_used()
+    kept = {}
+    for name, config in picked.items():
+        axis = known[name]
+        if axis.on_demand and name not in used:
+            continue
+        if axis.optional and config == _default(axis):
+            continue
+        kept[name] = config
+    return Trial(kept)
+
+
+def _default(axis: Axis) -> ComponentConfig | None:
+    return None if axis.default is None else components(axis.name).parse(dict(axis.default))
 
 
 def _embedder_label(config: ComponentConfig) -> str:
@@ -329,7 +353,7 @@ def _variants(spec: Any, family: str, path: str) -> list[dict[str, Any]]:
     kinds = spec.get("kind")
     if isinstance(kinds, list):
         return [v for k in kinds for v in _variants({**spec, "kind": k}, family, path)]
-    reg = registry(family)
+    reg = components(family)
     try:
         model = reg.config_class(kinds)
     except KeyError:
@@ -374,23 +398,22 @@ def _parsed(family: str, specs: list[dict[str, Any]], prefix: str) -> list[Compo
     for i, spec in enumerate(specs):
         path = f"{prefix}[{i}]"
         for variant in _variants(spec, family, path):
-            out.append(registry(family).parse(variant, path))
+            out.append(components(family).parse(variant, path))
     return out
 
 
 def grid(config: ExperimentConfig) -> list[Trial]:
     """Every distinct effective pipeline of the sweep, in a prefix-sharing order."""
-    choices = {
-        s: _parsed(s, config.sweep.get(s, _DEFAULTS.get(s, [])), f"sweep.{s}") for s in STAGES
-    }
-    if not choices["retriever"]:
-        raise ConfigError("sweep.retriever: at least one retriever is needed (bm25, dense, hybrid)")
+    choices: dict[str, list[ComponentConfig]] = {}
+    for axis in axes():
+        specs = config.sweep.get(axis.name, [dict(axis.default)] if axis.default else [])
+        choices[axis.name] = _parsed(axis.name, specs, f"sweep.{axis.name}")
+        if not choices[axis.name]:
+            kinds = ", ".join(components(axis.name).kinds())
+            raise ConfigError(f"sweep.{axis.name}: at least one is needed ({kinds})")
     trials: dict[str, Trial] = {}
-    for chunker, embedder, retriever, reranker in itertools.product(
-        choices["chunker"], choices["embedder"], choices["retriever"], choices["reranker"]
-    ):
-        used = embedder if retriever.kind in {"dense", "hybrid"} else None
-        trial = Trial(chunker, retriever, reranker, used)
+    for combo in itertools.product(*choices.values()):
+        trial = make_trial(dict(zip(choices, combo, strict=True)))
         trials.setdefault(trial.id, trial)
     return list(trials.values())
 
@@ -434,9 +457,11 @@ def find_baseline(trials: Sequence[Trial], wanted: str) -> Trial:
 
 
 def prefix_groups(trials: Sequence[Trial]) -> Iterator[list[Trial]]:
-    """Trials grouped by shared (chunker, embedder) prefix, so each group's artifacts build once."""
-    groups: dict[tuple[str, str], list[Trial]] = {}
+    """Trials grouped by shared resources (chunker, embedder), so each group's artifacts build
+    once."""
+    resources = [a.name for a in axes() if not a.step]
+    groups: dict[tuple[str, ...], list[Trial]] = {}
     for t in trials:
-        key = (t.chunker.key(), t.embedder.key() if t.embedder else "")
+        key = tuple(c.key() if (c := t.get(name)) else "" for name in resources)
         groups.setdefault(key, []).append(t)
     yield from groups.values()

@@ -15,8 +15,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from ragbench.errors import ConfigError
 from ragbench.experiment.config import Trial
-from ragbench.experiment.runner import RunSpec, run_trial
 from ragbench.experiment.store import TrialResult
+from ragbench.experiment.trial import RunSpec, run_trial
 
 __all__ = ["execute"]
 
@@ -28,6 +28,7 @@ def _failed(trial: Trial, exc: BaseException) -> TrialResult:
         trial.id,
         trial.label,
         trial.params(),
+        trial.effective(),
         status="failed",
         error=f"worker failed: {type(exc).__name__}: {exc}",
     )

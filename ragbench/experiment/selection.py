@@ -20,16 +20,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ragbench.evaluate.metrics import best_index
 from ragbench.experiment.config import Trial, find_baseline
-from ragbench.experiment.runner import RunSpec, context, run_trial
 from ragbench.experiment.store import RunStore
+from ragbench.experiment.trial import RunSpec, context, run_trial
 
 __all__ = ["select"]
 
 
 def _best(trials: pd.DataFrame, metric: str) -> str:
     ok = trials[trials["status"] == "ok"]
-    return str(ok.loc[ok[metric].idxmax(), "trial_id"])
+    return str(best_index(ok.set_index("trial_id")[metric], metric))
 
 
 def _long(trial_id: str, query_ids: Sequence[str], values: dict[str, np.ndarray]) -> pd.DataFrame:
@@ -120,14 +121,14 @@ def _folds(spec: RunSpec, trials: Sequence[Trial], store: RunStore) -> tuple[dic
         held_out = np.zeros(len(values))
         picks = []
         for fold in range(evaluation.folds):  # type: ignore[arg-type]
-            best = values[in_fold != fold].mean().idxmax()
+            best = best_index(values[in_fold != fold].mean(), metric)
             picks.append(str(best))
             held_out[in_fold == fold] = values.loc[in_fold == fold, best]
         summary["chosen"][metric] = {
             "per_fold": picks,
             "labels": [labels[p] for p in picks],
             "cross_validated": float(held_out.mean()),
-            "best_in_sample": float(values.mean().max()),
+            "best_in_sample": float(values.mean()[best_index(values.mean(), metric)]),
             "baseline": float(values[baseline].mean()) if baseline else None,
         }
         frames.append(_long("cv", list(values.index), {metric: held_out}))

@@ -31,6 +31,7 @@ import pandas as pd
 
 from ragbench.data.trec import write_ranking
 from ragbench.errors import DataError
+from ragbench.retrieve.timed import percentiles_ms
 from ragbench.types import Ranking
 
 __all__ = ["RunStore", "TrialResult"]
@@ -43,6 +44,7 @@ class TrialResult:
     trial_id: str
     label: str
     params: dict[str, Any]
+    config: dict[str, Any] = field(default_factory=dict)
     status: str = "ok"
     error: str = ""
     per_query: dict[str, np.ndarray] = field(default_factory=dict)
@@ -63,17 +65,17 @@ class TrialResult:
             "label": self.label,
             "status": self.status,
             "error": self.error,
+            "config": json.dumps(self.config, sort_keys=True),
             **{f"param.{k}": v for k, v in self.params.items()},
         }
         for metric, values in self.per_query.items():
             row[metric] = float(np.mean(values)) if len(values) else float("nan")
         total = np.zeros(len(query_ids))
         for stage, seconds in self.latency.items():
-            ms = np.asarray(seconds) * 1000.0
-            total = total + ms if len(ms) == len(total) else total
-            row[f"latency.{stage}.p50_ms"], row[f"latency.{stage}.p95_ms"] = _p50_p95(ms)
+            total = total + seconds if len(seconds) == len(total) else total
+            row[f"latency.{stage}.p50_ms"], row[f"latency.{stage}.p95_ms"] = percentiles_ms(seconds)
         if self.latency:
-            row["latency.total.p50_ms"], row["latency.total.p95_ms"] = _p50_p95(total)
+            row["latency.total.p50_ms"], row["latency.total.p95_ms"] = percentiles_ms(total)
         row |= {
             "index_build_s": self.index_build_s,
             "peak_rss_mb": self.peak_rss_mb,
@@ -83,13 +85,6 @@ class TrialResult:
             "queries": len(query_ids),
         }
         return row
-
-
-def _p50_p95(ms: np.ndarray) -> tuple[float, float]:
-    if len(ms) == 0:
-        return float("nan"), float("nan")
-    p50, p95 = np.percentile(ms, [50, 95])
-    return float(p50), float(p95)
 
 
 def _uniform(frame: pd.DataFrame) -> pd.DataFrame:

@@ -1,8 +1,9 @@
 """TPE search (optuna) over the trials of a sweep's grid.
 
-Each optuna trial picks, per stage, a component kind and then each option that varies among
-the grid's components of that kind; the grid trial matching the most picks runs (exact
-matches first). A pick that lands on a trial already run — in this search or, on resume, in
+Each optuna trial picks, per axis, a component kind and then each option that varies among
+the grid's components of that kind (an on-demand axis, such as the embedder, only when a grid
+trial agreeing with the picks so far uses it); the grid trial matching the most picks runs
+(exact matches first). A pick that lands on a trial already run — in this search or, on resume, in
 the run directory — is answered from its recorded value, without running it again.
 """
 
@@ -16,12 +17,17 @@ from typing import Any
 
 import numpy as np
 
+from ragbench.evaluate.metrics import higher_is_better
 from ragbench.experiment.config import ExperimentConfig, Trial
 from ragbench.experiment.store import RunStore, TrialResult
+from ragbench.registry import axes
 
 __all__ = ["tpe_trials"]
 
-_ORDER = ("retriever", "chunker", "embedder", "reranker")
+
+def _order() -> list[str]:
+    """Axes in the order TPE picks them: the order of the trial label (retriever first)."""
+    return [a.name for a in sorted(axes(), key=lambda a: a.label)]
 
 
 def _stage_params(trial: Trial, stage: str) -> dict[str, str]:
@@ -33,8 +39,8 @@ def _space(candidates: Sequence[Trial]) -> dict[str, dict[str, dict[str, list[st
     """stage → kind → varying option → its values (JSON strings, sorted)."""
     space: dict[str, dict[str, dict[str, set[str]]]] = {}
     for trial in candidates:
-        for stage in _ORDER:
-            config = getattr(trial, stage)
+        for stage in _order():
+            config = trial.get(stage)
             if config is None:
                 continue
             options = space.setdefault(stage, {}).setdefault(config.kind, {})
@@ -49,13 +55,18 @@ def _space(candidates: Sequence[Trial]) -> dict[str, dict[str, dict[str, list[st
     }
 
 
-def _suggest(optuna_trial: Any, space: dict[str, Any]) -> dict[str, str]:
+def _agree(trial: Trial, picks: dict[str, str]) -> bool:
+    params = {k: json.dumps(v) for k, v in trial.params().items()}
+    return all(params.get(k) == v for k, v in picks.items())
+
+
+def _suggest(optuna_trial: Any, space: dict[str, Any], candidates: Sequence[Trial]) -> dict:
     picks: dict[str, str] = {}
-    for stage in _ORDER:
+    for stage in _order():
         if stage not in space:
             continue
-        if stage == "embedder" and json.loads(picks.get("retriever.kind", '""')) == "bm25":
-            continue
+        if not any(t.get(stage) is not None and _agree(t, picks) for t in candidates):
+            continue  # no trial agreeing with the picks so far uses this axis
         kinds = sorted(space[stage])
         kind = optuna_trial.suggest_categorical(f"{stage}.kind", kinds)
         picks[f"{stage}.kind"] = json.dumps(kind)
@@ -91,14 +102,15 @@ def tpe_trials(
         known = dict(zip(ok["trial_id"], ok[objective].astype(float), strict=True))
     space = _space(grid)
     study = optuna.create_study(
-        direction="maximize", sampler=optuna.samplers.TPESampler(seed=config.search.seed)
+        direction="maximize" if higher_is_better(objective) else "minimize",
+        sampler=optuna.samplers.TPESampler(seed=config.search.seed),
     )
     n = config.search.n or len(grid)
     for _ in range(n):
         if len({t.id for t in grid} - set(known)) == 0:
             break
         asked = study.ask()
-        trial = _closest(grid, _suggest(asked, space))
+        trial = _closest(grid, _suggest(asked, space, grid))
         if trial.id not in known:
             for result in run([trial]):
                 yield result

@@ -5,6 +5,8 @@ Two stores live under one root (``RAGBENCH_CACHE``, default ``~/.cache/ragbench`
 * ``ArtifactCache`` keeps one directory per (stage, key) — chunks, indexes, rankings. A directory
   is built under a temporary name and renamed into place, so a reader never sees a partial
   artifact, and a per-key file lock makes concurrent runs build each artifact once.
+  ``StageCache`` puts an in-process memo and hit counters in front of it, and records each
+  artifact's build time beside it.
 * ``EmbeddingCache`` keeps vectors per text, keyed by (embedder identity, role, text hash), in
   append-only shards of ``.npy`` files (memory-mapped when read). A shard becomes visible only
   when its key file is renamed into place, after its vectors, so a process killed mid-write
@@ -16,14 +18,16 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -34,8 +38,11 @@ __all__ = [
     "CacheInfo",
     "CachedEmbedder",
     "EmbeddingCache",
+    "StageCache",
     "default_cache_root",
 ]
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +168,66 @@ class ArtifactCache:
             item.with_name(item.name + ".lock").unlink(missing_ok=True)
             removed += 1
         return removed
+
+
+@dataclass
+class StageCache:
+    """Artifacts on disk (``ArtifactCache``) plus an in-process memo, with hit counters."""
+
+    root: Path
+    hits: int = 0
+    misses: int = 0
+    build_seconds: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.artifacts = ArtifactCache(self.root)
+        self.embeddings = EmbeddingCache(self.root)
+        self._memo: dict[tuple[str, str], Any] = {}
+
+    def has(self, stage: str, key: str) -> bool:
+        """Whether the artifact exists on disk."""
+        return self.artifacts.has(stage, key)
+
+    def get(
+        self,
+        stage: str,
+        key: str,
+        compute: Callable[[], T],
+        save: Callable[[T, Path], None],
+        load: Callable[[Path], T],
+    ) -> T:
+        """The artifact's value: from memory, from disk, or computed (timed) and stored."""
+        if (stage, key) in self._memo:
+            self.hits += 1
+            return self._memo[(stage, key)]  # type: ignore[no-any-return]
+        fresh: list[T] = []
+
+        def build(tmp: Path) -> None:
+            started = time.perf_counter()
+            value = compute()
+            seconds = time.perf_counter() - started
+            save(value, tmp)
+            (tmp / "meta.json").write_text(json.dumps({"seconds": seconds}), "utf-8")
+            fresh.append(value)
+
+        path, cached = self.artifacts.get_or_build(stage, key, build)
+        if cached:
+            self.hits += 1
+            value = load(path)
+        else:
+            self.misses += 1
+            value = fresh[0]
+        meta = json.loads((path / "meta.json").read_text("utf-8"))
+        self.build_seconds[f"{stage}:{key}"] = float(meta["seconds"])
+        self._memo[(stage, key)] = value
+        return value
+
+    def recorded_seconds(self, stage: str, key: str) -> float:
+        """Build time recorded with an artifact (0 when it does not exist)."""
+        if f"{stage}:{key}" in self.build_seconds:
+            return self.build_seconds[f"{stage}:{key}"]
+        meta = self.artifacts.path(stage, key) / "meta.json"
+        return float(json.loads(meta.read_text("utf-8"))["seconds"]) if meta.is_file() else 0.0
 
 
 class EmbeddingCache:

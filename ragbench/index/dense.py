@@ -23,7 +23,7 @@ from pydantic import Field
 
 from ragbench.errors import DataError
 from ragbench.index.filters import matches
-from ragbench.registry import ComponentConfig, registry
+from ragbench.registry import ComponentConfig, components
 from ragbench.types import Ranking
 
 __all__ = ["ExactConfig", "ExactStore", "HnswConfig", "HnswStore"]
@@ -485,5 +485,5 @@ class HnswStore:
         return store
 
 
-registry("dense").register(ExactConfig)(ExactStore)
-registry("dense").register(HnswConfig)(HnswStore)
+components("dense").register(ExactConfig)(ExactStore)
+components("dense").register(HnswConfig)(HnswStore)

@@ -21,7 +21,7 @@ from pydantic import Field
 from ragbench.errors import RagbenchError
 from ragbench.models import DEFAULT_MODEL, model_identity, resolve_model
 from ragbench.protocols import Embedder, Role
-from ragbench.registry import ComponentConfig, component_field, registry
+from ragbench.registry import ComponentConfig, component_field, components
 from ragbench.text.tokenize import TokenizerConfig, WordTokenizer
 
 __all__ = [
@@ -256,7 +256,7 @@ class FallbackEmbedder:
         raise EmbeddingError("every embedder failed: " + "; ".join(errors))
 
 
-_EMBEDDERS = registry("embedder")
+_EMBEDDERS = components("embedder")
 _EMBEDDERS.register(SentenceTransformerConfig)(SentenceTransformerEmbedder)
 _EMBEDDERS.register(HashingConfig)(HashingEmbedder)
 

@@ -35,7 +35,7 @@ from pydantic import Field, model_validator
 
 from ragbench.errors import DataError
 from ragbench.index.filters import matches
-from ragbench.registry import ComponentConfig, registry
+from ragbench.registry import ComponentConfig, components
 from ragbench.text.tokenize import TokenizerConfig, WordTokenizer
 from ragbench.types import Ranking
 
@@ -341,4 +341,4 @@ def _write_json(path: Path, payload: Any) -> None:
     path.write_text(json.dumps(payload, ensure_ascii=False), encoding="utf-8")
 
 
-registry("sparse").register(BM25Config)(BM25Index)
+components("sparse").register(BM25Config)(BM25Index)

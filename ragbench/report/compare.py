@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ragbench.evaluate.metrics import parse_metric
+from ragbench.evaluate.metrics import best_first, parse_metric
 from ragbench.experiment.store import RunStore
 
 __all__ = ["compare_runs"]
@@ -35,8 +35,8 @@ def _differences(manifests: dict[str, dict]) -> list[str]:
 def compare_runs(
     run_dirs: Sequence[Path | str], metric: str | None = None
 ) -> tuple[pd.DataFrame, list[str]]:
-    """All finished trials of ``run_dirs`` sorted by ``metric`` (default: the first run's first
-    metric), plus warnings when datasets, splits, depths or metric cutoffs differ."""
+    """All finished trials of ``run_dirs`` sorted best first by ``metric`` (default: the first
+    run's first metric), plus warnings when datasets, splits, depths or metric cutoffs differ."""
     if not run_dirs:
         raise ValueError("compare needs at least one run directory")
     manifests = {str(d): RunStore(d).manifest() for d in run_dirs}
@@ -67,4 +67,4 @@ def compare_runs(
         raise ValueError(f"no finished trial of these runs has {metric!r}")
     columns = ["run", "trial_id", "label", metric, "latency.total.p50_ms", "latency.total.p95_ms"]
     table = table[[c for c in columns if c in table.columns]]
-    return table.sort_values(metric, ascending=False), warnings
+    return best_first(table, metric), warnings

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import yaml
 
+from ragbench.evaluate.metrics import best_index, higher_is_better
 from ragbench.report.markdown import summary_lines
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def _trial_table(report: Report, stages: bool) -> str:
         shown = shown[["trial", *[c for c in shown.columns if c.endswith("p50/p95 ms")]]]
     best: dict[str, object] = {}
     for metric in report.metrics:
-        best[metric] = numeric[metric].idxmax()
+        best[metric] = best_index(numeric[metric], metric)
     for column in shown.columns:
         if column.endswith("p50/p95 ms"):
             best[column] = numeric[column.replace("p50/p95 ms", "p95 ms")].idxmin()
@@ -147,7 +148,7 @@ def _drilldown(report: Report) -> str:
             f"<div class='chunk'><code>{_e(d)}</code> grade {g}</div>"
             for d, g in gold["qrels"].items()
         )
-        cls = "up" if row.delta > 0 else "down"
+        cls = "up" if (row.delta > 0) == higher_is_better(report.metric) else "down"
         parts.append(
             f"<div class='query'><h3><code>{_e(row.query_id)}</code> {_e(row.query)} "
             f"<span class='{cls}'>{row.delta:+.3f}</span></h3><div class='cols'>"

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from ragbench.evaluate.metrics import best_index, higher_is_better
 from ragbench.report.tables import markdown_table
 
 if TYPE_CHECKING:
@@ -24,8 +25,11 @@ def summary_lines(report: Report) -> list[str]:
     stats = report.stats
     for metric in report.metrics:
         part = stats.loc[metric]
-        best = part["mean"].idxmax()
+        best = best_index(part["mean"], metric)
         row = part.loc[best]
+        wins, losses = int(row["wins"]), int(row["losses"])  # wins: higher than the baseline
+        if not higher_is_better(metric):
+            wins, losses = losses, wins
         if best == report.baseline:
             lines.append(f"- **{metric}**: the baseline is best ({row['mean']:.4f}).")
             continue
@@ -34,7 +38,7 @@ def summary_lines(report: Report) -> list[str]:
             f"- **{metric}**: `{report.label(best)}` {row['mean']:.4f} "
             f"({row['delta']:+.4f} vs baseline, p_adj = {row['p_adjusted']:.3g}, {verdict}; "
             f"95% CI {row['ci_low']:.4f}–{row['ci_high']:.4f}; "
-            f"wins/ties/losses {int(row['wins'])}/{int(row['ties'])}/{int(row['losses'])})"
+            f"wins/ties/losses {wins}/{int(row['ties'])}/{losses})"
         )
     return lines
 

@@ -14,6 +14,7 @@ import re
 import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Literal
 
 import matplotlib as mpl
 import numpy as np
@@ -21,6 +22,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
+
+from ragbench.evaluate.metrics import higher_is_better
 
 __all__ = [
     "heatmap",
@@ -124,6 +127,12 @@ def _param_name(column: str) -> str:
     return column.removeprefix("param.")
 
 
+def _best_of(metric: str) -> Literal["max", "min"]:
+    """The aggregation picking the best value of ``metric``: ``max``, or ``min`` when lower is
+    better."""
+    return "max" if higher_is_better(metric) else "min"
+
+
 def _tick(value: object) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
@@ -162,11 +171,12 @@ def metric_vs_chunk_size(trials: pd.DataFrame, metric: str) -> Figure:
 
 def _size_series(ax: Axes, series: pd.DataFrame, metric: str, name: str, style: int) -> None:
     """One line: the best trial at each size of one (chunker, retriever) series."""
-    best = series.groupby("_size")[metric].agg(["max", "size"])
+    pick = _best_of(metric)
+    best = series.groupby("_size")[metric].agg([pick, "size"])
     tried = int(best["size"].max())
     ax.plot(
         best.index,
-        best["max"],
+        best[pick],
         linestyle=_LINESTYLES[style % len(_LINESTYLES)],
         marker=_MARKERS[style % len(_MARKERS)],
         color=kind_colour(series[RETRIEVER].iloc[0]),
@@ -179,7 +189,7 @@ def _reference_line(ax: Axes, series: pd.DataFrame, metric: str, retriever: str)
     chunkers = "/".join(sorted(series[CHUNKER].astype(str).unique()))
     note = f", best of {len(series)}" if len(series) > 1 else ""
     ax.axhline(
-        series[metric].max(),
+        series[metric].agg(_best_of(metric)),
         linestyle="--",
         linewidth=1.2,
         color=kind_colour(retriever),
@@ -204,16 +214,18 @@ def _size_axis(ax: Axes, sized: pd.DataFrame) -> None:
 
 
 def pareto_front(trials: pd.DataFrame, metric: str, latency: str = TOTAL_P95) -> pd.DataFrame:
-    """The trials no other trial beats on both counts (higher ``metric``, lower ``latency``),
-    sorted by latency. Trials with equal values on both counts are all kept."""
+    """The trials no other trial beats on both counts (better ``metric``: higher, or lower when
+    lower is better; lower ``latency``), sorted by latency. Trials with equal values on both
+    counts are all kept."""
     ok = _usable(trials, [metric, latency], "pareto_front")
-    quality = ok[metric].to_numpy(dtype=float)
+    higher = higher_is_better(metric)
+    quality = ok[metric].to_numpy(dtype=float) * (1.0 if higher else -1.0)
     cost = ok[latency].to_numpy(dtype=float)
     no_worse = (quality[None, :] >= quality[:, None]) & (cost[None, :] <= cost[:, None])
     better = (quality[None, :] > quality[:, None]) | (cost[None, :] < cost[:, None])
     dominated = (no_worse & better).any(axis=1)
     front = ok[~dominated]
-    return front.sort_values([latency, metric], ascending=[True, False]).reset_index(drop=True)
+    return front.sort_values([latency, metric], ascending=[True, not higher]).reset_index(drop=True)
 
 
 def pareto(
@@ -306,14 +318,16 @@ def per_query_difference(
     labels: Mapping[str, str] | None = None,
 ) -> Figure:
     """Sorted bars of ``metric`` per query, trial minus baseline (green: trial better, red:
-    worse, ties left empty); wins, ties, losses and the mean difference in the title."""
+    worse, by the metric's direction; ties left empty); wins, ties, losses and the mean
+    difference in the title."""
     diff = _differences(per_query, trial_id, baseline_id, metric)
-    wins, losses = int((diff > 0).sum()), int((diff < 0).sum())
+    better = diff > 0 if higher_is_better(metric) else diff < 0
+    wins, losses = int(better.sum()), int(((diff != 0) & ~better).sum())
     ties = len(diff) - wins - losses
     fig, ax = _new_figure(max(8.0, min(16.0, len(diff) * 0.12)), 4.5)
     changed = diff[diff != 0]
     positions = np.flatnonzero(diff.to_numpy() != 0)
-    colours = [_WIN if v > 0 else _LOSS for v in changed]
+    colours = [_WIN if b else _LOSS for b in better[diff != 0]]
     ax.bar(positions, changed.to_numpy(), width=0.85, color=colours)
     ax.axhline(0, color=_NEUTRAL, linewidth=0.8)
     _query_axis(ax, diff)
@@ -418,7 +432,8 @@ def heatmap(trials: pd.DataFrame, x: str, y: str, metric: str) -> Figure:
     for column in (x, y):
         if ok[column].astype(str).nunique() < 2:
             raise ValueError(f"heatmap: {column!r} takes fewer than 2 values among the trials")
-    grid = ok.pivot_table(index=y, columns=x, values=metric, aggfunc="max")
+    pick = _best_of(metric)
+    grid = ok.pivot_table(index=y, columns=x, values=metric, aggfunc=pick)
     counts = ok.groupby([y, x]).size()
     fig, ax = _new_figure(max(5.0, 1.1 * grid.shape[1] + 3), max(4.0, 0.6 * grid.shape[0] + 2))
     image = ax.imshow(grid.to_numpy(dtype=float), cmap="viridis", origin="lower", aspect="auto")
@@ -429,7 +444,7 @@ def heatmap(trials: pd.DataFrame, x: str, y: str, metric: str) -> Figure:
         ax.tick_params(axis="x", labelrotation=45)
     ax.set_xlabel(_param_name(x))
     ax.set_ylabel(_param_name(y))
-    note = "\n(max over the other parameters)" if counts.max() > 1 else ""
+    note = f"\n({pick} over the other parameters)" if counts.max() > 1 else ""
     ax.set_title(f"{metric} by {_param_name(x)} × {_param_name(y)}{note}")
     fig.colorbar(image, ax=ax, label=metric)
     return fig

@@ -1,9 +1,9 @@
 """A comparison report of one run: which configuration wins, by how much, whether the
 difference is real, and what it costs in latency.
 
-``Report.from_run(run_dir)`` reads the run directory contract only (DESIGN section 7), tests
-every trial against the baseline per metric (paired test, multiple-comparison correction,
-bootstrap confidence intervals), and renders to a DataFrame, Markdown, LaTeX, CSV, PNG plots
+``Report.from_run(run_dir)`` reads the run directory contract only (ARCHITECTURE.md, "The run
+directory"), tests every trial against the baseline per metric (paired test, multiple-comparison
+correction, bootstrap confidence intervals), and renders to a DataFrame, Markdown, LaTeX, CSV, PNG plots
 and one self-contained HTML file.
 """
 
@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from ragbench.evaluate.metrics import best_first, best_index, higher_is_better
 from ragbench.evaluate.significance import bootstrap_ci, compare, compare_all
 from ragbench.experiment.store import RunStore
 from ragbench.report import plots
@@ -125,15 +126,15 @@ class Report:
 
     @property
     def best(self) -> str:
-        """Trial id with the highest mean of the primary metric."""
-        return str(self.trials.loc[self.trials[self.metric].idxmax(), "trial_id"])
+        """Trial id with the best mean of the primary metric (the lowest when lower is better)."""
+        return str(self.trials.loc[best_index(self.trials[self.metric], self.metric), "trial_id"])
 
     def label(self, trial_id: str) -> str:
         """The readable label of a trial."""
         return str(self.trials.set_index("trial_id").loc[trial_id, "label"])
 
     def to_dataframe(self) -> pd.DataFrame:
-        """One row per trial (sorted by the primary metric): label, per metric mean, CI, delta,
+        """One row per trial (best first by the primary metric): label, per metric mean, CI, delta,
         corrected p and significance, then p50/p95 latency per stage and index build time."""
         stats = self.stats
         frame = self.trials.set_index("trial_id")[["label"]].copy()
@@ -151,7 +152,7 @@ class Report:
                     f"latency.{stage}.{q}_ms"
                 ]
         frame["index_build_s"] = self.trials.set_index("trial_id")["index_build_s"]
-        return frame.sort_values(self.metric, ascending=False)
+        return best_first(frame, self.metric)
 
     # ------------------------------------------------------------ display tables
 
@@ -160,7 +161,8 @@ class Report:
             return " (base)"
         if not row[f"{metric} sig"]:
             return ""
-        return " ▲" if row[f"{metric} delta"] > 0 else " ▼"
+        better = (row[f"{metric} delta"] > 0) == higher_is_better(metric)
+        return " ▲" if better else " ▼"
 
     def display_table(self, stages: bool = False) -> pd.DataFrame:
         """Strings for people: ``mean ± half-CI`` with ▲/▼ marks, latency, build time."""

@@ -6,18 +6,27 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-__all__ = ["best_per_metric", "latency_stages", "markdown_table", "trial_table"]
+from ragbench.evaluate.metrics import best_first, best_index
+
+__all__ = [
+    "best_per_metric",
+    "latency_stages",
+    "markdown_table",
+    "trial_table",
+]
 
 
 def latency_stages(trials: pd.DataFrame) -> list[str]:
-    """Stage names that have latency columns, in pipeline order (total last)."""
-    order = ["embed_query", "dense", "bm25", "fusion", "rerank", "total"]
-    found = {c.split(".")[1] for c in trials.columns if c.startswith("latency.")}
-    return [s for s in order if s in found] + sorted(found - set(order))
+    """Stage names that have latency columns, in the order the trials recorded them (the
+    plans' stage order), total last."""
+    found = [c.split(".")[1] for c in trials.columns if c.startswith("latency.")]
+    ordered = [s for s in dict.fromkeys(found) if s != "total"]
+    return ordered + (["total"] if "total" in found else [])
 
 
 def trial_table(trials: pd.DataFrame, metrics: Sequence[str], stages: bool = False) -> pd.DataFrame:
-    """Trials sorted by the first metric: label, metrics, p50/p95 latency (ms), build time."""
+    """Trials sorted by the first metric, best first: label, metrics, p50/p95 latency (ms),
+    build time."""
     if trials.empty:
         return pd.DataFrame()
     ok = trials[trials["status"] == "ok"]
@@ -26,7 +35,7 @@ def trial_table(trials: pd.DataFrame, metrics: Sequence[str], stages: bool = Fal
         columns += [f"latency.{stage}.p50_ms", f"latency.{stage}.p95_ms"]
     columns.append("index_build_s")
     present = [c for c in columns if c in ok.columns]
-    table = ok.set_index("trial_id")[present].sort_values(metrics[0], ascending=False)
+    table = best_first(ok.set_index("trial_id")[present], metrics[0])
     return table.rename(
         columns=lambda c: (
             c.replace("latency.", "").replace(".p50_ms", " p50 ms").replace(".p95_ms", " p95 ms")
@@ -35,12 +44,12 @@ def trial_table(trials: pd.DataFrame, metrics: Sequence[str], stages: bool = Fal
 
 
 def best_per_metric(trials: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
-    """For each metric, the trial with the highest mean."""
+    """For each metric, the trial with the best mean (the lowest when lower is better)."""
     ok = trials[trials["status"] == "ok"]
     rows = []
     for metric in metrics:
         if metric in ok.columns and ok[metric].notna().any():
-            best = ok.loc[ok[metric].idxmax()]
+            best = ok.loc[best_index(ok[metric], metric)]
             rows.append(
                 {
                     "metric": metric,

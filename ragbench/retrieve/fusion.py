@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from ragbench.registry import ComponentConfig, registry
+from ragbench.registry import ComponentConfig, components
 from ragbench.types import Ranking
 
 __all__ = [
@@ -176,7 +176,7 @@ class WeightedFusion:
         return Ranking.from_rows(rows, k=k)
 
 
-_FUSIONS = registry("fusion")
+_FUSIONS = components("fusion")
 _FUSIONS.register(RRFConfig)(RRFFusion)
 _FUSIONS.register(WeightedConfig)(WeightedFusion)
 _FUSIONS.register(ConvexConfig)(WeightedFusion)

@@ -6,6 +6,10 @@ OpenAI-compatible chat-completions endpoint). Each rescoring kind scores the fir
 ``candidates`` hits of every row and returns the top ``k`` of those, sorted by the new score
 (ties keep first-stage order); hits beyond ``candidates`` are dropped, so rows hold at most
 ``min(k, candidates)`` hits. Output rankings are always ``k`` columns wide.
+
+As the ``reranker`` axis, a rescoring kind plans one ``rerank`` stage over the first stage's
+ranking (it wants ``candidates`` hits from it); the ``dense`` kind also asks for the document
+vectors of its own embedder, so a sweep embeds the corpus once for it.
 """
 
 from __future__ import annotations
@@ -29,9 +33,12 @@ from tqdm.auto import tqdm
 
 from ragbench.errors import RagbenchError
 from ragbench.models import resolve_model
-from ragbench.protocols import Embedder
-from ragbench.registry import ComponentConfig, component_field, registry
+from ragbench.protocols import Embedder, Reranker
+from ragbench.registry import component_field, components
+from ragbench.retrieve.artifacts import RANKING, ChunkSet, Timed
 from ragbench.retrieve.assemble import quote_untrusted, system_notice
+from ragbench.retrieve.graph import Env, PlanBuilder, StepConfig, component_key
+from ragbench.retrieve.timed import per_query, rows
 from ragbench.types import Ranking
 
 __all__ = [
@@ -45,14 +52,16 @@ __all__ = [
     "NoReranker",
     "RerankError",
     "RerankStats",
+    "RerankerConfig",
     "parse_score",
+    "rerank",
 ]
 
 log = logging.getLogger(__name__)
 
-# Pairs of (query index, passage text); a scorer returns one float per pair.
+# Pairs of (query index, chunk id); a scorer returns one float per pair.
 Pairs = list[tuple[int, str]]
-Scorer = Callable[[Sequence[str], Pairs], np.ndarray]
+Scorer = Callable[[Sequence[str], Pairs, Mapping[str, str]], np.ndarray]
 
 
 class RerankError(RagbenchError):
@@ -94,9 +103,9 @@ def _rescore(
     missing = sorted({cid for head in heads for cid in head if cid not in texts})
     if missing:
         raise RerankError(f"no text for {len(missing)} candidate chunk ids, e.g. {missing[:3]}")
-    pairs = [(i, texts[cid]) for i, head in enumerate(heads) for cid in head]
+    pairs = [(i, cid) for i, head in enumerate(heads) for cid in head]
     started = time.perf_counter()
-    scores = np.asarray(score(queries, pairs), dtype=np.float64) if pairs else np.zeros(0)
+    scores = np.asarray(score(queries, pairs, texts), dtype=np.float64) if pairs else np.zeros(0)
     stats.pairs += len(pairs)
     stats.seconds += time.perf_counter() - started
     rows, offset = [], 0
@@ -108,14 +117,89 @@ def _rescore(
     return Ranking.from_rows(rows, k=k)
 
 
-class NoRerankConfig(ComponentConfig):
+def rerank(
+    reranker: Reranker,
+    queries: Sequence[str],
+    ranking: Ranking,
+    texts: Mapping[str, str],
+    k: int,
+    warm_up: bool = True,
+) -> tuple[Ranking, np.ndarray]:
+    """Reranked top-k per query, timed per query.
+
+    A reranker rescores only its ``candidates``; when ``k`` is larger, the first-stage hits
+    after them follow in their original order, scored below every reranked hit (so recall@k
+    keeps the first stage's depth, as in BEIR's reranking setup).
+    """
+
+    def step(s: slice) -> Ranking:
+        head = rows(ranking, s)
+        return _with_tail(reranker.rerank(queries[s], head, texts, k), head, k)
+
+    return per_query(step, len(queries), k, warm_up)
+
+
+def _with_tail(head: Ranking, first: Ranking, k: int) -> Ranking:
+    """One-row ``head`` followed by the rest of ``first`` (up to ``k``), scored below it."""
+    hits = head.row(0)
+    taken = {c for c, _ in hits}
+    tail = [c for c, _ in first.row(0) if c not in taken][: k - len(hits)]
+    if not tail:
+        return head
+    floor = min((s for _, s in hits), default=0.0)
+    found = hits + [(c, floor - 1.0 - i) for i, c in enumerate(tail)]
+    return Ranking.from_rows([found], k)
+
+
+class RerankerConfig(StepConfig):
+    """Base of the rescoring kinds: one ``rerank`` stage over ``candidates`` first-stage hits."""
+
+    candidates: int = Field(50, gt=0)
+
+    def wants(self, k: int) -> int:
+        """The first stage gives at least ``candidates`` hits."""
+        return max(k, self.candidates)
+
+    def reranker(self, env: Env, vectors: np.ndarray | None, chunks: ChunkSet) -> Reranker:
+        """The component that rescores (shared by every plan run with ``env``)."""
+        return env.component("reranker", self)  # type: ignore[no-any-return]
+
+    def document_vectors(self, g: PlanBuilder) -> str | None:
+        """The document-vectors stage this kind needs, if any."""
+        return None
+
+    def plan(self, g: PlanBuilder, upstream: str | None, k: int) -> str:
+        """Rescore ``upstream`` and keep ``k`` hits per query."""
+        if upstream is None:
+            raise ValueError(f"reranker {self.kind!r} needs a first-stage ranking")
+        vectors = self.document_vectors(g)
+
+        def compute(
+            env: Env, first: Timed, chunks: ChunkSet, queries: Sequence[str], *extra: np.ndarray
+        ) -> Timed:
+            reranker = self.reranker(env, extra[0] if extra else None, chunks)
+            found = rerank(reranker, queries, first.ranking, chunks.texts, k, env.warm_up)
+            return Timed(*found)
+
+        inputs = (upstream, g.chunks(), "queries", *([vectors] if vectors else []))
+        parts = (component_key(self), k)
+        return g.add("rerank", "rerank", inputs, parts, compute, RANKING, latency="rerank")
+
+
+class NoRerankConfig(StepConfig):
     """Keep the first-stage order."""
 
     kind: Literal["none"] = "none"
 
+    def plan(self, g: PlanBuilder, upstream: str | None, k: int) -> None:
+        """No stage: the first stage's ranking is final."""
+        return None
+
 
 class NoReranker:
     """Pass-through: the ranking cut (or padded) to ``k`` columns."""
+
+    candidates = 0
 
     def __init__(self, config: NoRerankConfig | None = None) -> None:
         self.config = config or NoRerankConfig()
@@ -128,12 +212,11 @@ class NoReranker:
         return _with_depth(ranking, k)
 
 
-class CrossEncoderConfig(ComponentConfig):
+class CrossEncoderConfig(RerankerConfig):
     """A sentence-transformers cross-encoder scoring (query, passage) pairs."""
 
     kind: Literal["cross_encoder"] = "cross_encoder"
     model: str = "cross-encoder/ms-marco-MiniLM-L-6-v2"
-    candidates: int = Field(50, gt=0)
     batch_size: int = Field(32, gt=0)
     max_length: int = Field(512, gt=0)
     device: str = "cpu"
@@ -169,17 +252,22 @@ class CrossEncoderReranker:
         self.stats = RerankStats()
 
     @property
+    def candidates(self) -> int:
+        """First-stage hits rescored per query."""
+        return self.config.candidates
+
+    @property
     def model(self) -> Any:
         """The shared ``CrossEncoder`` instance (loaded on first use)."""
         return _load_cross_encoder(self.config.model, self.config.device)
 
-    def _score(self, queries: Sequence[str], pairs: Pairs) -> np.ndarray:
+    def _score(self, queries: Sequence[str], pairs: Pairs, texts: Mapping[str, str]) -> np.ndarray:
         model = self.model
         previous = model.max_seq_length
         model.max_seq_length = self.config.max_length
         try:
             return model.predict(
-                [(queries[i], text) for i, text in pairs],
+                [(queries[i], texts[cid]) for i, cid in pairs],
                 batch_size=self.config.batch_size,
                 show_progress_bar=len(pairs) > 10 * self.config.batch_size,
                 convert_to_numpy=True,
@@ -194,16 +282,24 @@ class CrossEncoderReranker:
         return _rescore(queries, ranking, texts, k, self.config.candidates, self._score, self.stats)
 
 
-class DenseRerankConfig(ComponentConfig):
+class DenseRerankConfig(RerankerConfig):
     """Rescore candidates by bi-encoder cosine similarity."""
 
     kind: Literal["dense"] = "dense"
     embedder: component_field("embedder") = Field(  # type: ignore[valid-type]
-        default_factory=lambda: registry("embedder").parse(
+        default_factory=lambda: components("embedder").parse(
             {"kind": "sentence-transformers", "model": "all-MiniLM-L6-v2"}
         )
     )
-    candidates: int = Field(50, gt=0)
+
+    def document_vectors(self, g: PlanBuilder) -> str:
+        """The chunks' vectors under this reranker's own embedder."""
+        return g.doc_vectors(self.embedder)
+
+    def reranker(self, env: Env, vectors: np.ndarray | None, chunks: ChunkSet) -> Reranker:
+        """A dense reranker reading document vectors from the planned stage."""
+        known = dict(zip(chunks.ids, range(len(chunks)), strict=True))
+        return DenseReranker(self, env.embedder(self.embedder), (known, vectors))
 
 
 def _unit_rows(vectors: np.ndarray) -> np.ndarray:
@@ -212,22 +308,41 @@ def _unit_rows(vectors: np.ndarray) -> np.ndarray:
 
 
 class DenseReranker:
-    """Cosine similarity of query ("query" role) and passage ("document" role) embeddings."""
+    """Cosine similarity of query ("query" role) and passage ("document" role) embeddings.
+
+    ``documents`` — (chunk id → row, vectors) — supplies passage vectors computed beforehand;
+    passages missing there are embedded on the fly.
+    """
 
     def __init__(
-        self, config: DenseRerankConfig | None = None, embedder: Embedder | None = None
+        self,
+        config: DenseRerankConfig | None = None,
+        embedder: Embedder | None = None,
+        documents: tuple[Mapping[str, int], np.ndarray | None] | None = None,
     ) -> None:
         self.config = config or DenseRerankConfig()
-        self.embedder: Embedder = embedder or registry("embedder").build(self.config.embedder)
+        self.embedder: Embedder = embedder or components("embedder").build(self.config.embedder)
+        self.documents = documents
         self.stats = RerankStats()
 
-    def _score(self, queries: Sequence[str], pairs: Pairs) -> np.ndarray:
+    @property
+    def candidates(self) -> int:
+        """First-stage hits rescored per query."""
+        return self.config.candidates
+
+    def _passages(self, ids: list[str], texts: Mapping[str, str]) -> np.ndarray:
+        known, vectors = self.documents or ({}, None)
+        if vectors is not None and all(c in known for c in ids):
+            return np.asarray(vectors[[known[c] for c in ids]])
+        return self.embedder.embed([texts[c] for c in ids], role="document")
+
+    def _score(self, queries: Sequence[str], pairs: Pairs, texts: Mapping[str, str]) -> np.ndarray:
         query_rows = {i: n for n, i in enumerate(dict.fromkeys(i for i, _ in pairs))}
-        text_rows = {t: n for n, t in enumerate(dict.fromkeys(t for _, t in pairs))}
+        chunk_rows = {c: n for n, c in enumerate(dict.fromkeys(c for _, c in pairs))}
         q = _unit_rows(self.embedder.embed([queries[i] for i in query_rows], role="query"))
-        d = _unit_rows(self.embedder.embed(list(text_rows), role="document"))
+        d = _unit_rows(self._passages(list(chunk_rows), texts))
         qi = np.fromiter((query_rows[i] for i, _ in pairs), dtype=np.int64, count=len(pairs))
-        ti = np.fromiter((text_rows[t] for _, t in pairs), dtype=np.int64, count=len(pairs))
+        ti = np.fromiter((chunk_rows[c] for _, c in pairs), dtype=np.int64, count=len(pairs))
         return np.einsum("ij,ij->i", q[qi].astype(np.float64), d[ti].astype(np.float64))
 
     def rerank(
@@ -237,7 +352,7 @@ class DenseReranker:
         return _rescore(queries, ranking, texts, k, self.config.candidates, self._score, self.stats)
 
 
-class LLMRerankConfig(ComponentConfig):
+class LLMRerankConfig(RerankerConfig):
     """An LLM relevance judge at an OpenAI-compatible endpoint (``base_url`` with or without
     ``/v1``); the API key, if any, is read from the environment variable ``api_key_env``."""
 
@@ -277,6 +392,11 @@ class LLMReranker:
     def __init__(self, config: LLMRerankConfig) -> None:
         self.config = config
         self.stats = RerankStats()
+
+    @property
+    def candidates(self) -> int:
+        """First-stage hits rescored per query."""
+        return self.config.candidates
 
     @property
     def url(self) -> str:
@@ -331,9 +451,9 @@ class LLMReranker:
             return 0.0
         return score
 
-    def _score(self, queries: Sequence[str], pairs: Pairs) -> np.ndarray:
+    def _score(self, queries: Sequence[str], pairs: Pairs, texts: Mapping[str, str]) -> np.ndarray:
         with ThreadPoolExecutor(self.config.max_concurrency) as pool:
-            futures = [pool.submit(self._judge, queries[i], text) for i, text in pairs]
+            futures = [pool.submit(self._judge, queries[i], texts[cid]) for i, cid in pairs]
             try:
                 results = [
                     f.result() for f in tqdm(futures, desc="llm rerank", disable=len(pairs) < 100)
@@ -351,7 +471,7 @@ class LLMReranker:
         return _rescore(queries, ranking, texts, k, self.config.candidates, self._score, self.stats)
 
 
-_RERANKERS = registry("reranker")
+_RERANKERS = components("reranker")
 _RERANKERS.register(NoRerankConfig)(NoReranker)
 _RERANKERS.register(CrossEncoderConfig)(CrossEncoderReranker)
 _RERANKERS.register(DenseRerankConfig)(DenseReranker)

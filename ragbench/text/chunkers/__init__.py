@@ -1,4 +1,4 @@
-"""Chunkers: one module per strategy, each registered under its ``kind`` in ``registry("chunker")``.
+"""Chunkers: one module per strategy, each registered under its ``kind`` with ``components``.
 
 ``build_chunker({"kind": "recursive", "size": 512, "overlap": 64})`` makes a chunker from a spec;
 ``chunk_documents`` chunks many documents (batched where the chunker supports it).
@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ragbench.protocols import Chunker
-from ragbench.registry import ComponentConfig, registry
+from ragbench.registry import ComponentConfig, components
 from ragbench.text.chunkers.base import SizedConfig
 from ragbench.text.chunkers.fixed import FixedChunker, FixedConfig
 from ragbench.text.chunkers.none import NoneConfig, WholeDocumentChunker
@@ -41,7 +41,7 @@ __all__ = [
 
 def build_chunker(spec: Mapping[str, Any] | ComponentConfig | str) -> Chunker:
     """The chunker described by ``spec`` (a dict, a config object, or a bare kind name)."""
-    return registry("chunker").build(spec)
+    return components("chunker").build(spec)
 
 
 def chunk_documents(chunker: Chunker, docs: Iterable[Document]) -> list[Chunk]:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from ragbench.registry import registry
+from ragbench.registry import components
 from ragbench.text.chunkers.base import SizedConfig, SpanChunker
 
 __all__ = ["FixedChunker", "FixedConfig"]
@@ -57,6 +57,6 @@ class FixedChunker(SpanChunker):
         return [(starts[i], ends[j - 1]) for i, j in unit_windows(len(starts), c.size, c.overlap)]
 
 
-@registry("chunker").register(FixedConfig)
+@components("chunker").register(FixedConfig)
 def _build(config: FixedConfig) -> FixedChunker:
     return FixedChunker(config)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
-from ragbench.registry import ComponentConfig, registry
+from ragbench.registry import ComponentConfig, components
 from ragbench.text.chunkers.base import SpanChunker
 
 __all__ = ["NoneConfig", "WholeDocumentChunker"]
@@ -15,6 +15,8 @@ class NoneConfig(ComponentConfig):
     """No chunking: whole documents are retrieved."""
 
     kind: Literal["none"] = "none"
+    whole_documents: ClassVar[bool] = True
+    """Declares one chunk per document (document-level runs then retrieve ``depth`` chunks)."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,6 @@ class WholeDocumentChunker(SpanChunker):
         return [(0, len(text))]
 
 
-@registry("chunker").register(NoneConfig)
+@components("chunker").register(NoneConfig)
 def _build(config: NoneConfig) -> WholeDocumentChunker:
     return WholeDocumentChunker(config)

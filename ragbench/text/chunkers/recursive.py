@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from ragbench.registry import registry
+from ragbench.registry import components
 from ragbench.text.chunkers.base import Measure, SizedConfig, SpanChunker, span_measure
 
 __all__ = ["RecursiveChunker", "RecursiveConfig", "recursive_spans"]
@@ -160,6 +160,6 @@ class RecursiveChunker(SpanChunker):
         )
 
 
-@registry("chunker").register(RecursiveConfig)
+@components("chunker").register(RecursiveConfig)
 def _build(config: RecursiveConfig) -> RecursiveChunker:
     return RecursiveChunker(config)

@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import Field
 
 from ragbench.protocols import Embedder
-from ragbench.registry import ComponentConfig, component_field, registry
+from ragbench.registry import ComponentConfig, component_field, components
 from ragbench.text.chunkers.base import make_chunks
 from ragbench.text.sentences import split_sentences
 from ragbench.types import Chunk, Document
@@ -37,7 +37,7 @@ class SemanticConfig(ComponentConfig):
     buffer: int = Field(1, ge=0)
     percentile: float = Field(95.0, ge=0, le=100)
     embedder: EmbedderSpec = Field(
-        default_factory=lambda: registry("embedder").parse(_DEFAULT_EMBEDDER)
+        default_factory=lambda: components("embedder").parse(_DEFAULT_EMBEDDER)
     )
 
 
@@ -99,6 +99,6 @@ class SemanticChunker:
         return chunks
 
 
-@registry("chunker").register(SemanticConfig)
+@components("chunker").register(SemanticConfig)
 def _build(config: SemanticConfig) -> SemanticChunker:
-    return SemanticChunker(config, registry("embedder").build(config.embedder))
+    return SemanticChunker(config, components("embedder").build(config.embedder))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Literal
 
-from ragbench.registry import registry
+from ragbench.registry import components
 from ragbench.text.chunkers.base import Measure, SizedConfig, SpanChunker, span_measure
 from ragbench.text.chunkers.recursive import recursive_spans
 from ragbench.text.sentences import split_sentences
@@ -95,6 +95,6 @@ class SentenceChunker(SpanChunker):
         )
 
 
-@registry("chunker").register(SentenceConfig)
+@components("chunker").register(SentenceConfig)
 def _build(config: SentenceConfig) -> SentenceChunker:
     return SentenceChunker(config)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ragbench.registry import ComponentConfig, registry
+from ragbench.registry import ComponentConfig, components
 from ragbench.text.chunkers.base import make_chunks
 from ragbench.text.sentences import split_sentences
 from ragbench.types import Chunk, Document
@@ -45,6 +45,6 @@ class SentenceWindowChunker:
         return make_chunks(doc, sentences, extras)
 
 
-@registry("chunker").register(SentenceWindowConfig)
+@components("chunker").register(SentenceWindowConfig)
 def _build(config: SentenceWindowConfig) -> SentenceWindowChunker:
     return SentenceWindowChunker(config)

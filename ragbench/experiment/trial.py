@@ -1,0 +1,247 @@
+"""The trial engine: compile one trial to its stage plan, run it through the stage cache, and
+evaluate its ranking.
+
+``run_trial`` is what executors ship to workers. Everything trials of one run share within a
+process — the labeled set, the query texts, the stage cache, loaded models — lives in a
+:class:`Context`, built once per process and keyed by the run spec *and* the data on disk, so a
+changed corpus is never evaluated against a stale context.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import resource
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ragbench.data import load_dataset
+from ragbench.data.catalog import resolve_dataset
+from ragbench.data.labeled import LabeledSet
+from ragbench.errors import ConfigError, DataError
+from ragbench.evaluate.labels import evaluate_chunks
+from ragbench.evaluate.metrics import parse_metrics, relevant_query_ids
+from ragbench.experiment.config import ExperimentConfig, Trial
+from ragbench.experiment.store import TrialResult
+from ragbench.index.cache import StageCache, default_cache_root
+from ragbench.retrieve.graph import Env, Execution, Plan, compile_plan, stage_key
+from ragbench.text.chunk_table import ChunkTable, document_ranking
+from ragbench.types import Ranking
+
+__all__ = ["Context", "RunSpec", "chunk_depth", "compile_trial", "context", "run_trial"]
+
+log = logging.getLogger(__name__)
+
+_TOP_CHUNKS = 5
+EXCERPT = 600
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What a worker needs to run trials of one experiment (picklable)."""
+
+    config: ExperimentConfig
+    limit_queries: int | None = None
+    cache_root: str = ""
+    split: str | None = None
+
+    @property
+    def digest(self) -> str:
+        """Identity of the spec and of the dataset's files as they are now."""
+        payload = self.config.model_dump_json() + f"|{self.limit_queries}|{self.cache_root}"
+        payload += f"|{self.split}|{_files_signature(self.config.dataset_path())}"
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _files_signature(path_or_name: str) -> str:
+    """Paths, sizes and modification times of a dataset's files (cheap; no content read)."""
+    try:
+        root = resolve_dataset(path_or_name)
+    except DataError:
+        return "missing"
+    entries = []
+    for folder, _, files in os.walk(root):
+        for name in sorted(files):
+            stat = os.stat(os.path.join(folder, name))
+            entries.append(f"{folder}/{name}:{stat.st_size}:{stat.st_mtime_ns}")
+    return hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()
+
+
+class Context:
+    """What all trials of a run share within one process: data, queries, caches, models."""
+
+    def __init__(self, spec: RunSpec) -> None:
+        config = spec.config
+        self.spec = spec
+        self.labeled: LabeledSet = load_dataset(
+            config.dataset_path(),
+            format=config.dataset.format,
+            split=spec.split or config.sweep_split,
+        )
+        ids = set(relevant_query_ids(self.labeled.qrels, config.evaluation.relevance_level))
+        needs_spans = config.evaluation.level in {"chunk", "span"} or any(
+            m.is_span for m in parse_metrics(config.evaluation.metrics)
+        )
+        if needs_spans:
+            if not self.labeled.has_spans:
+                raise ConfigError(
+                    f"evaluation: level {config.evaluation.level!r} / span metrics need span "
+                    f"evidence, and dataset {config.dataset.path!r} has none"
+                )
+            ids &= set(self.labeled.evidence)
+        queries = [q for q in self.labeled.queries if q.id in ids][: spec.limit_queries]
+        if not queries:
+            raise ConfigError(f"dataset {config.dataset.path!r}: no judged query to evaluate")
+        self.query_ids = [q.id for q in queries]
+        self.query_texts = [q.text for q in queries]
+        self.queries_key = stage_key("queries", *(f"{q.id}\x1f{q.text}" for q in queries))
+        self.cache = StageCache(Path(spec.cache_root or default_cache_root()))
+        self.env = Env(
+            corpus=self.labeled.documents,
+            queries=self.query_texts,
+            embeddings=self.cache.embeddings,
+        )
+
+    def plan(self, trial: Trial) -> Plan:
+        """The trial's stage plan over this context's corpus and queries."""
+        return compile_trial(
+            trial, self.spec.config, self.labeled.corpus_fingerprint, self.queries_key
+        )
+
+
+_CONTEXTS: dict[str, Context] = {}
+_KEEP_CONTEXTS = 2  # a run's sweep split and its report split
+
+
+def context(spec: RunSpec) -> Context:
+    """The process-wide context of ``spec`` (built once per process, the last two kept)."""
+    digest = spec.digest
+    if digest not in _CONTEXTS:
+        while len(_CONTEXTS) >= _KEEP_CONTEXTS:
+            _CONTEXTS.pop(next(iter(_CONTEXTS)))
+        _CONTEXTS[digest] = Context(spec)
+    return _CONTEXTS[digest]
+
+
+def chunk_depth(config: ExperimentConfig, trial: Trial) -> int:
+    """How many chunks to retrieve per query (see ``EvaluationSpec``)."""
+    evaluation = config.evaluation
+    if evaluation.chunk_depth is not None:
+        return evaluation.chunk_depth
+    whole = getattr(trial["chunker"], "whole_documents", False)
+    chunked = evaluation.level == "document" and not whole
+    return evaluation.depth * (3 if chunked else 1)
+
+
+def compile_trial(
+    trial: Trial, config: ExperimentConfig, corpus_key: str = "", queries_key: str = ""
+) -> Plan:
+    """The trial's plan, its final ranking ``chunk_depth`` hits deep."""
+    sources = {"corpus": corpus_key, "queries": queries_key}
+    return compile_plan(trial.configs, chunk_depth(config, trial), sources)
+
+
+# ---------------------------------------------------------------- one trial
+
+
+def run_trial(spec: RunSpec, trial: Trial) -> TrialResult:
+    """Run one trial in this process (the function executors ship to workers)."""
+    started = time.perf_counter()
+    result = TrialResult(trial.id, trial.label, trial.params(), trial.effective())
+    try:
+        ctx = context(spec)
+        hits, misses = ctx.cache.hits, ctx.cache.misses
+        execution = Execution(ctx.plan(trial), ctx.env, ctx.cache)
+        ranking = execution.output
+        result.latency = execution.latency()
+        result.index_build_s = execution.build_seconds()
+        table = execution[execution.plan.chunks].table
+        _evaluate(ctx, ranking, table, result)
+        result.cache_hits = ctx.cache.hits - hits
+        result.cache_misses = ctx.cache.misses - misses
+    except Exception as exc:  # a failing trial is recorded, the sweep goes on
+        log.error("trial %s failed:\n%s", trial.label, traceback.format_exc())
+        result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
+    result.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _evaluate(ctx: Context, ranking: Ranking, table: ChunkTable, result: TrialResult) -> None:
+    evaluation = ctx.spec.config.evaluation
+    result.per_query = _score(ctx, ranking, table, evaluation.metrics)
+    result.curves = _curves(ctx, ranking, table)
+    if evaluation.level == "document":
+        result.ranking = document_ranking(ranking, table).head(evaluation.depth)
+    else:
+        result.ranking = ranking.head(evaluation.depth)
+    result.top = _top_chunks(ctx, ranking, table)
+
+
+def _score(
+    ctx: Context, ranking: Ranking, table: ChunkTable, metrics: Sequence[str]
+) -> dict[str, np.ndarray]:
+    """Per-query values of ``metrics`` with the run's evaluation settings."""
+    evaluation = ctx.spec.config.evaluation
+    return evaluate_chunks(
+        ranking,
+        ctx.query_ids,
+        table,
+        ctx.labeled,
+        metrics,
+        level=evaluation.level,
+        relevance_level=evaluation.relevance_level,
+        min_overlap=evaluation.min_overlap,
+        depth=evaluation.depth,
+    )
+
+
+_SPAN_CURVE_DEPTH = 20  # span metrics walk intervals per query: their curves stop here
+
+
+def _curves(ctx: Context, ranking: Ranking, table: ChunkTable) -> dict[str, np.ndarray]:
+    """Mean of each evaluated metric family at every cutoff k = 1..depth (metric@k curves)."""
+    evaluation = ctx.spec.config.evaluation
+    families = {}
+    for metric in parse_metrics(evaluation.metrics):
+        if metric.k is not None:
+            depth = evaluation.depth if not metric.is_span else _SPAN_CURVE_DEPTH
+            families[metric.family] = min(depth, evaluation.depth)
+    if not families:
+        return {}
+    names = [f"{family}@{k}" for family, depth in families.items() for k in range(1, depth + 1)]
+    values = _score(ctx, ranking, table, names)
+    return {
+        family: np.array([values[f"{family}@{k}"].mean() for k in range(1, depth + 1)])
+        for family, depth in families.items()
+    }
+
+
+def _top_chunks(ctx: Context, ranking: Ranking, table: ChunkTable) -> pd.DataFrame:
+    """The first chunks of every query with text excerpts, for drill-downs in reports."""
+    head = ranking.head(_TOP_CHUNKS)
+    found_rows = []
+    for qid, ids, scores in zip(ctx.query_ids, head.ids, head.scores, strict=True):
+        found = [c for c in ids if c]
+        positions = table.rows(np.asarray(found, dtype=object)) if found else []
+        for rank, (cid, pos) in enumerate(zip(found, positions, strict=True), start=1):
+            found_rows.append(
+                {
+                    "query_id": qid,
+                    "rank": rank,
+                    "chunk_id": cid,
+                    "doc_id": table.doc_ids[pos],
+                    "start": int(table.starts[pos]),
+                    "end": int(table.ends[pos]),
+                    "score": float(scores[rank - 1]),
+                    "text": str(table.texts[pos])[:EXCERPT] if table.texts is not None else "",
+                }
+            )
+    return pd.DataFrame(found_rows)

@@ -1,0 +1,421 @@
+"""The stage graph: a pipeline compiled to an ordered list of stages, run with or without a cache.
+
+A trial (one component per sweep axis) compiles to a :class:`Plan`. Each :class:`Stage` has a
+name, the stages it reads, a key — the hash of its cache area, its inputs' keys and the config
+slice that defines it — a compute function and a codec that saves and loads its artifact. Keys
+are known before anything runs, so the same plan serves three executors:
+
+* the sweep runs every stage through the stage cache (``Execution`` with a ``StageCache``);
+* ``--dry-run`` reads only the keys (``Plan.keys``) to say what is cached;
+* ``RAGPipeline`` runs the query-time stages in memory over its live indexes (``provided``).
+
+Two sources feed a plan: ``corpus`` (the documents) and ``queries`` (the query texts). Index-time
+stages (chunks, vectors, indexes) depend on the corpus alone; query-time stages produce per-query
+values and record seconds per query (their ``latency`` name is the column they fill).
+
+Steps — the components of step axes (query, retriever, reranker, postprocess, and any axis a
+plugin registers) — add their stages through :class:`PlanBuilder`: they ask it for resources
+(``ragbench.retrieve.resources``: chunks, document vectors, a dense or BM25 index, query vectors)
+and declare what they need by what they ask for. ``compile_plan`` never names a kind.
+See ARCHITECTURE.md for the recipe to add a stage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ragbench.index.cache import CachedEmbedder, EmbeddingCache, StageCache
+from ragbench.index.sparse import BM25Index
+from ragbench.models import model_identity
+from ragbench.protocols import Embedder
+from ragbench.registry import ComponentConfig, axes, components
+from ragbench.retrieve import artifacts
+from ragbench.retrieve.artifacts import ChunkSet, Codec, QueryVectors
+from ragbench.retrieve.timed import embed_queries
+from ragbench.text.chunkers import chunk_documents
+from ragbench.types import Document, Ranking
+
+__all__ = [
+    "SOURCES",
+    "Env",
+    "Execution",
+    "Plan",
+    "PlanBuilder",
+    "Stage",
+    "StepConfig",
+    "compile_plan",
+    "component_key",
+    "stage_key",
+]
+
+SOURCES = ("corpus", "queries")
+
+
+def stage_key(stage: str, *parts: str | int) -> str:
+    """Hash of a stage name and its inputs' keys."""
+    payload = json.dumps([stage, *parts], separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()[:24]
+
+
+def _models(value: Any) -> list[str]:
+    """Every ``model`` string inside a config dump (nested components included)."""
+    if isinstance(value, dict):
+        found = [str(value["model"])] if isinstance(value.get("model"), str) else []
+        return found + [m for v in value.values() for m in _models(v)]
+    if isinstance(value, list | tuple):
+        return [m for v in value for m in _models(v)]
+    return []
+
+
+def component_key(config: ComponentConfig) -> str:
+    """Config hash plus the identity of every model it names (local files are hashed)."""
+    models = _models(config.model_dump(mode="json"))
+    return stage_key("component", config.key(), *(model_identity(m) for m in models))
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of a plan: ``compute(env, *values of inputs)`` gives its artifact.
+
+    ``area`` is the cache area the artifact is stored under; ``index`` marks index-time
+    artifacts (built once per corpus, counted as build time); ``latency`` names the per-query
+    seconds a query-time artifact carries (``value.seconds``); ``extend(value, *inputs of new
+    documents)`` adds documents to a live index in place (a pipeline's incremental updates).
+    """
+
+    name: str
+    area: str
+    inputs: tuple[str, ...]
+    key: str
+    compute: Callable[..., Any]
+    codec: Codec
+    index: bool = False
+    latency: str | None = None
+    extend: Callable[..., Any] | None = None
+
+
+@dataclass
+class Env:
+    """What a plan runs against: the corpus, the query texts, a metadata filter, and the
+    components (models) shared by every plan run with this env."""
+
+    corpus: Sequence[Document] = ()
+    queries: Sequence[str] = ()
+    filter: Mapping[str, Any] | None = None
+    warm_up: bool = True
+    embeddings: EmbeddingCache | None = None
+    _components: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
+
+    def component(self, family: str, config: ComponentConfig) -> Any:
+        """The component of ``config``, built once per env (models load once)."""
+        key = (family, config.key())
+        if key not in self._components:
+            self._components[key] = components(family).build(config)
+        return self._components[key]
+
+    def embedder(self, config: ComponentConfig, cached: bool = False) -> Embedder:
+        """The embedder of ``config``; with ``cached``, behind the env's per-text cache of
+        document vectors (queries always reach the model: their latency is measured)."""
+        embedder: Embedder = self.component("embedder", config)
+        if cached and self.embeddings is not None:
+            return CachedEmbedder(embedder, self.embeddings, roles=("document",))
+        return embedder
+
+    def source(self, name: str) -> Any:
+        """The value of a source: ``corpus`` or ``queries``."""
+        return self.corpus if name == "corpus" else self.queries
+
+
+class StepConfig(ComponentConfig):
+    """Base of the configs of step axes: they plan their own query-time stages.
+
+    ``plan`` adds stages through the builder and returns the name of the ranking it produces
+    (None when it produces none, e.g. a query transform that only replaces ``g.queries``).
+    ``wants`` says how many hits it needs from upstream to give ``k`` (a reranker wants its
+    ``candidates``).
+    """
+
+    step: ClassVar[bool] = True
+
+    def wants(self, k: int) -> int:
+        """Upstream hits needed to output ``k``."""
+        return k
+
+    def plan(self, g: PlanBuilder, upstream: str | None, k: int) -> str | None:
+        """Add this step's stages to ``g``; the name of its output ranking (or None)."""
+        raise NotImplementedError(f"{type(self).__name__} does not plan any stage")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """An ordered list of stages (inputs first), the ranking it outputs, the chunks stage that
+    ranking's ids refer to, and the axes it used."""
+
+    stages: Mapping[str, Stage]
+    output: str
+    chunks: str
+    axes: frozenset[str]
+
+    def keys(self) -> dict[str, str]:
+        """Stage name → artifact key."""
+        return {name: stage.key for name, stage in self.stages.items()}
+
+    def index_stages(self) -> list[Stage]:
+        """The index-time stages, in order."""
+        return [s for s in self.stages.values() if s.index]
+
+
+class PlanBuilder:
+    """Collects the stages of one plan; steps add theirs with ``add``.
+
+    ``configs`` is the trial: one component config per axis. ``queries`` names the stage whose
+    value is the query texts the retrievers see (the ``queries`` source until a query step
+    replaces it).
+    """
+
+    def __init__(
+        self, configs: Mapping[str, ComponentConfig], sources: Mapping[str, str] | None = None
+    ) -> None:
+        self.configs = dict(configs)
+        self.stages: dict[str, Stage] = {}
+        self.used: set[str] = set()
+        self.queries = "queries"
+        self._keys = {name: (sources or {}).get(name, name) for name in SOURCES}
+        self._by_key: dict[str, str] = {}
+
+    def config(self, axis: str) -> ComponentConfig:
+        """The trial's component on ``axis`` (recorded as used by the plan)."""
+        if axis not in self.configs:
+            raise KeyError(f"the trial has no {axis!r}")
+        self.used.add(axis)
+        return self.configs[axis]
+
+    def key(self, name: str) -> str:
+        """The key of a stage or source."""
+        return self._keys[name] if name in self._keys else self.stages[name].key
+
+    def add(
+        self,
+        name: str,
+        area: str,
+        inputs: Sequence[str],
+        parts: Sequence[str | int | float],
+        compute: Callable[..., Any],
+        codec: Codec,
+        *,
+        index: bool = False,
+        latency: str | None = None,
+        extend: Callable[..., Any] | None = None,
+    ) -> str:
+        """Add a stage keyed by ``area``, its inputs' keys and ``parts``; returns its name.
+
+        A stage with the same key as one already added is that stage (two steps asking for the
+        same resource share it); a different stage under a taken name gets a ``#n`` suffix.
+        """
+        key = stage_key(area, *(self.key(i) for i in inputs), *parts)
+        if key in self._by_key:
+            return self._by_key[key]
+        unique, n = name, 1
+        while unique in self.stages:
+            n += 1
+            unique = f"{name}#{n}"
+        self.stages[unique] = Stage(
+            unique, area, tuple(inputs), key, compute, codec, index, latency, extend
+        )
+        self._by_key[key] = unique
+        return unique
+
+    # ------------------------------------------------------------ resources steps ask for
+
+    def chunks(self, chunker: ComponentConfig | None = None) -> str:
+        """The corpus chunked by ``chunker`` (default: the trial's)."""
+        chunker = chunker or self.config("chunker")
+        name = "chunks" if chunker == self.configs.get("chunker") else f"chunks:{chunker.label()}"
+
+        def compute(env: Env, corpus: Sequence[Document]) -> ChunkSet:
+            return ChunkSet(chunk_documents(env.component("chunker", chunker), corpus))
+
+        parts = (component_key(chunker),)
+        return self.add(name, "chunks", ("corpus",), parts, compute, artifacts.CHUNKS, index=True)
+
+    def doc_vectors(
+        self, embedder: ComponentConfig | None = None, chunker: ComponentConfig | None = None
+    ) -> str:
+        """Document vectors of the chunks, rows in chunk order (texts embedded before by the
+        same model come from the embedding cache)."""
+        embedder = embedder or self.config("embedder")
+
+        def compute(env: Env, chunks: ChunkSet) -> np.ndarray:
+            texts = [c.text for c in chunks.chunks]
+            return env.embedder(embedder, cached=True).embed(texts, "document")
+
+        inputs = (self.chunks(chunker),)
+        parts = (component_key(embedder),)
+        return self.add(
+            "doc_vectors", "doc_vectors", inputs, parts, compute, artifacts.VECTORS, index=True
+        )
+
+    def dense_index(
+        self,
+        store: ComponentConfig,
+        embedder: ComponentConfig | None = None,
+        chunker: ComponentConfig | None = None,
+    ) -> str:
+        """A dense store of kind ``store`` over the document vectors."""
+
+        def extend(index: Any, vectors: np.ndarray, chunks: ChunkSet) -> Any:
+            index.add(chunks.ids, np.asarray(vectors), chunks.metadata)
+            return index
+
+        def compute(env: Env, vectors: np.ndarray, chunks: ChunkSet) -> Any:
+            return extend(components("dense").build(store), vectors, chunks)
+
+        inputs = (self.doc_vectors(embedder, chunker), self.chunks(chunker))
+        codec = artifacts.dense_index_codec(store)
+        return self.add(
+            "dense_index",
+            "dense_index",
+            inputs,
+            (component_key(store),),
+            compute,
+            codec,
+            index=True,
+            extend=extend,
+        )
+
+    def bm25_index(self, config: ComponentConfig, chunker: ComponentConfig | None = None) -> str:
+        """A BM25 index of ``config`` over the chunk texts."""
+
+        def extend(index: BM25Index, chunks: ChunkSet) -> BM25Index:
+            index.add(chunks.ids, [c.text for c in chunks.chunks], chunks.metadata)
+            return index
+
+        def compute(env: Env, chunks: ChunkSet) -> BM25Index:
+            index = extend(BM25Index(config), chunks)  # type: ignore[arg-type]
+            index.search(["warm up"], 1)  # builds the backend index inside the timed step
+            return index
+
+        inputs = (self.chunks(chunker),)
+        return self.add(
+            "bm25_index",
+            "bm25_index",
+            inputs,
+            (component_key(config),),
+            compute,
+            artifacts.BM25_INDEX,
+            index=True,
+            extend=extend,
+        )
+
+    def query_vectors(self, embedder: ComponentConfig | None = None) -> str:
+        """Vectors of the (current) query texts, each query embedded alone and timed."""
+        embedder = embedder or self.config("embedder")
+
+        def compute(env: Env, queries: Sequence[str]) -> QueryVectors:
+            return QueryVectors(*embed_queries(env.embedder(embedder), queries, env.warm_up))
+
+        return self.add(
+            "query_vectors",
+            "query_vectors",
+            (self.queries,),
+            (component_key(embedder),),
+            compute,
+            artifacts.QUERY_VECTORS,
+            latency="embed_query",
+        )
+
+
+def compile_plan(
+    configs: Mapping[str, ComponentConfig], k: int, sources: Mapping[str, str] | None = None
+) -> Plan:
+    """The plan of a trial whose final ranking holds ``k`` hits per query.
+
+    Demand flows backwards first (each step's ``wants``), then every step axis plans its
+    stages in pipeline order. ``sources`` gives the keys of ``corpus`` and ``queries``.
+    """
+    steps = [a.name for a in axes() if a.step and a.name in configs]
+    out: dict[str, int] = {}
+    need = k
+    for name in reversed(steps):
+        out[name] = need
+        need = _step(configs[name], name).wants(need)
+    g = PlanBuilder(configs, sources)
+    ranking: str | None = None
+    for name in steps:
+        g.used.add(name)
+        ranking = _step(configs[name], name).plan(g, ranking, out[name]) or ranking
+    if ranking is None:
+        raise ValueError("the trial's steps produce no ranking (a retriever is needed)")
+    return Plan(dict(g.stages), ranking, g.chunks(), frozenset(g.used))
+
+
+def _step(config: ComponentConfig, axis: str) -> StepConfig:
+    if not isinstance(config, StepConfig):
+        raise TypeError(
+            f"{axis} kind {config.kind!r}: its config must derive from StepConfig to plan stages"
+        )
+    return config
+
+
+class Execution:
+    """The values of a plan's stages, computed on demand (inputs only when needed).
+
+    With a ``cache`` every stage goes through it (a cached artifact is loaded, not computed);
+    ``provided`` values stand in for stages (a pipeline's live indexes).
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        env: Env,
+        cache: StageCache | None = None,
+        provided: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.plan, self.env, self.cache = plan, env, cache
+        self._values: dict[str, Any] = dict(provided or {})
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self._values:
+            return self._values[name]
+        if name in SOURCES:
+            return self.env.source(name)
+        stage = self.plan.stages[name]
+
+        def compute() -> Any:
+            return stage.compute(self.env, *(self[i] for i in stage.inputs))
+
+        if self.cache is None:
+            value = compute()
+        else:
+            value = self.cache.get(
+                stage.area, stage.key, compute, stage.codec.save, stage.codec.load
+            )
+        self._values[name] = value
+        return value
+
+    @property
+    def output(self) -> Ranking:
+        """The plan's final ranking."""
+        return self[self.plan.output].ranking
+
+    def latency(self) -> dict[str, np.ndarray]:
+        """Seconds per query of every timed stage, in plan order (each such stage is loaded
+        or computed)."""
+        return {
+            stage.latency: np.asarray(self[name].seconds)
+            for name, stage in self.plan.stages.items()
+            if stage.latency is not None
+        }
+
+    def build_seconds(self) -> float:
+        """Build time recorded with the plan's index-time artifacts (cached runs only)."""
+        if self.cache is None:
+            return 0.0
+        cache = self.cache
+        return sum(cache.recorded_seconds(s.area, s.key) for s in self.plan.index_stages())
