@@ -26,10 +26,13 @@ run: $(STAMP)
 # Tests use their own stage cache so they never depend on (or fill) the user's.
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	RAGBENCH_CACHE=$(CURDIR)/.test-cache $(BIN)/python -m pytest -n 2 --dist loadgroup -q --nbmake tests notebooks
 
+# mypy reads its settings (files, plugins, strictness) from [tool.mypy] in pyproject.toml.
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

@@ -208,16 +208,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from ragbench.report.report import Report
 
-    try:
-        report = Report.from_run(
-            Path(args.run_dir),
-            args.baseline,
-            args.metric,
-            test=args.test,
-            correction=args.correction,
-        )
-    except ValueError as exc:
-        raise DataError(str(exc)) from None
+    report = Report.from_run(
+        Path(args.run_dir),
+        args.baseline,
+        args.metric,
+        test=args.test,
+        correction=args.correction,
+    )
     formats = ["html", "md"] if args.format == "html" else [args.format]
     paths = report.write(formats)
     _print_frame(report.display_table())
@@ -229,10 +226,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from ragbench.report.compare import compare_runs
 
-    try:
-        table, warnings = compare_runs([Path(d) for d in args.run_dirs], args.metric)
-    except ValueError as exc:
-        raise DataError(str(exc)) from None
+    table, warnings = compare_runs([Path(d) for d in args.run_dirs], args.metric)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     _print_frame(table.set_index(["run", "trial_id"]))

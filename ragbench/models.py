@@ -8,7 +8,7 @@ that works on a machine with network access).
 from __future__ import annotations
 
 import hashlib
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
 __all__ = ["DEFAULT_MODEL", "model_identity", "resolve_model"]
@@ -42,6 +42,6 @@ def model_identity(name: str) -> str:
     for file in files:
         digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode())
         with file.open("rb") as fh:
-            for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+            for block in iter(partial(fh.read, 1 << 20), b""):
                 digest.update(block)
     return f"local:{path.name}:{digest.hexdigest()[:16]}"

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, runtime_checkable
 
 import numpy as np
 
 from ragbench.types import Chunk, Document, Ranking
+
+if TYPE_CHECKING:
+    from ragbench.registry import ComponentConfig
 
 __all__ = [
     "Chunker",
@@ -51,6 +54,11 @@ class TokenCounter(Protocol):
 class Chunker(Protocol):
     """Splits one document into chunks with exact character offsets."""
 
+    @property
+    def config(self) -> ComponentConfig:
+        """The config the chunker was built from (its ``label()`` names it in reports)."""
+        ...
+
     def chunk(self, doc: Document) -> list[Chunk]: ...
 
 
@@ -91,6 +99,12 @@ class DenseStore(Protocol):
 
     def save(self, path: Path) -> None: ...
 
+    @classmethod
+    def load(cls, path: Path) -> Self:
+        """The store saved at ``path`` (the registered class is the factory; stage codecs
+        load through it)."""
+        ...
+
 
 @runtime_checkable
 class SparseIndex(Protocol):
@@ -124,6 +138,11 @@ class Fusion(Protocol):
 @runtime_checkable
 class Reranker(Protocol):
     """Rescores the head of a ranking with a more expensive model."""
+
+    @property
+    def candidates(self) -> int:
+        """First-stage hits rescored per query (0: none, the ranking passes through)."""
+        ...
 
     def rerank(
         self, queries: Sequence[str], ranking: Ranking, texts: Mapping[str, str], k: int

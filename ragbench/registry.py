@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Annotated, Any, ClassVar, Generic, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, TypeVar, cast
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, SerializeAsAny, ValidationError
 
@@ -160,7 +160,8 @@ class Registry(Generic[T]):
     def register_config(self, config_cls: type[ComponentConfig]) -> None:
         """Register a kind whose config is all there is: it plans its stages itself and
         builds no separate component (``build`` returns the config)."""
-        self.register(config_cls)(lambda config: config)
+        # in such a family the components are the configs themselves
+        self.register(config_cls)(cast("Callable[[ComponentConfig], T]", _identity))
 
     def _load(self) -> None:
         if self._loaded:
@@ -216,6 +217,10 @@ class Registry(Generic[T]):
         """Parse ``spec`` and construct the component."""
         config = self.parse(spec, path)
         return self._kinds[config.kind][1](config)
+
+
+def _identity(config: ComponentConfig) -> ComponentConfig:
+    return config
 
 
 _REGISTRIES: dict[str, Registry[Any]] = {}

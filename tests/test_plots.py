@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
+from ragbench.errors import ConfigError, DataError
 from ragbench.report import plots
 from tests.paths import DEMO, require
 
@@ -114,9 +115,9 @@ def test_metric_vs_chunk_size_lines_and_reference(trials: pd.DataFrame) -> None:
 
 
 def test_metric_vs_chunk_size_without_sizes(trials: pd.DataFrame) -> None:
-    with pytest.raises(ValueError, match="no finished trial has a chunk size"):
+    with pytest.raises(DataError, match="no finished trial has a chunk size"):
         plots.metric_vs_chunk_size(trials[trials["param.chunker.kind"] == "none"], METRIC)
-    with pytest.raises(ValueError, match="recall@5"):
+    with pytest.raises(DataError, match="recall@5"):
         plots.metric_vs_chunk_size(trials, "recall@5")
 
 
@@ -152,7 +153,7 @@ def test_pareto_front_excludes_dominated_and_keeps_ties() -> None:
 
 def test_pareto_front_ignores_failed_trials(trials: pd.DataFrame) -> None:
     failed = trials.assign(status="failed")
-    with pytest.raises(ValueError, match="no finished trial"):
+    with pytest.raises(DataError, match="no finished trial"):
         plots.pareto_front(failed, METRIC)
 
 
@@ -182,8 +183,11 @@ def test_pareto_plot(trials: pd.DataFrame) -> None:
 def test_pareto_log_scale_and_bad_baseline() -> None:
     frame = _points([("a", 0.5, 0.1), ("b", 0.6, 10.0), ("c", 0.7, 100.0)])
     assert plots.pareto(frame, METRIC).axes[0].get_xscale() == "log"
-    with pytest.raises(ValueError, match="'zzz'"):
+    with pytest.raises(ConfigError, match="baseline 'zzz' is not the id of any trial"):
         plots.pareto(frame, METRIC, baseline="zzz")
+    frame.loc[frame["trial_id"] == "a", METRIC] = np.nan
+    with pytest.raises(DataError, match="baseline 'a' is not a finished trial with"):
+        plots.pareto(frame, METRIC, baseline="a")
 
 
 # ---------------------------------------------------------------- per-query difference
@@ -214,9 +218,9 @@ def test_per_query_difference_bars_and_counts() -> None:
 
 
 def test_per_query_difference_errors() -> None:
-    with pytest.raises(ValueError, match="'missing'"):
+    with pytest.raises(DataError, match="'missing'"):
         plots.per_query_difference(_per_query(), "missing", "b", METRIC)
-    with pytest.raises(ValueError, match="no recall@20 values for trial 'b'"):
+    with pytest.raises(DataError, match="no recall@20 values for trial 'b'"):
         plots.per_query_difference(_per_query(), "t", "b", "recall@20")
 
 
@@ -247,9 +251,9 @@ def test_metric_at_k_one_line_per_trial() -> None:
 
 
 def test_metric_at_k_missing_trial() -> None:
-    with pytest.raises(ValueError, match="zzz"):
+    with pytest.raises(DataError, match="zzz"):
         plots.metric_at_k(_curves(), ["a", "zzz"], "recall")
-    with pytest.raises(ValueError, match="no trial ids"):
+    with pytest.raises(ConfigError, match="no trial ids"):
         plots.metric_at_k(_curves(), [], "recall")
 
 
@@ -283,12 +287,12 @@ def test_heatmap_cells_equal_the_pivot(trials: pd.DataFrame) -> None:
 
 
 def test_heatmap_errors(trials: pd.DataFrame) -> None:
-    with pytest.raises(ValueError, match=r"param\.nope"):
+    with pytest.raises(DataError, match=r"param\.nope"):
         plots.heatmap(trials, "param.nope", "param.retriever.b", METRIC)
     one_k1 = trials[trials["param.retriever.k1"] != 1.5]
-    with pytest.raises(ValueError, match=r"'param\.retriever\.k1' takes fewer than 2 values"):
+    with pytest.raises(DataError, match=r"'param\.retriever\.k1' takes fewer than 2 values"):
         plots.heatmap(one_k1, "param.retriever.k1", "param.retriever.b", METRIC)
-    with pytest.raises(ValueError, match="no finished trial"):
+    with pytest.raises(DataError, match="no finished trial"):
         plots.heatmap(trials.iloc[0:0], "param.retriever.k1", "param.retriever.b", METRIC)
 
 

@@ -1,5 +1,6 @@
 """Reports: significance-tested tables, exports, drill-down, HTML in headless Chromium, compare."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -9,9 +10,11 @@ import pandas as pd
 import pytest
 
 from ragbench.cli import main
+from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.significance import compare
 from ragbench.experiment.runner import run
 from ragbench.report.compare import compare_runs
+from ragbench.report.drilldown import drilldown
 from ragbench.report.report import Report
 from tests.paths import DEMO, REPO, require
 
@@ -161,3 +164,77 @@ def test_cli_report_and_compare(run_dir: Path, tmp_path: Path, capsys) -> None:
     assert main(["report", str(run_dir), "--metric", "map"]) == 2
     assert main(["compare", str(run_dir), str(run_dir)]) == 0
     assert "rep" in capsys.readouterr().out
+
+
+def _unfinished(run_dir: Path, folder: Path) -> Path:
+    """A run directory whose sweep wrote its manifest but finished no trial."""
+    folder.mkdir()
+    shutil.copy(run_dir / "manifest.json", folder / "manifest.json")
+    return folder
+
+
+def test_report_errors_are_raised_where_found(run_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(
+        ConfigError, match=r"^--metric 'bogus': the run evaluated ndcg@10, recall@20$"
+    ):
+        Report.from_run(run_dir, metric="bogus")
+    with pytest.raises(
+        ConfigError, match=r"^--baseline 'no-such-trial': matches no finished trial"
+    ):
+        Report.from_run(run_dir, baseline="no-such-trial")
+    empty = _unfinished(run_dir, tmp_path / "empty")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(empty))}: no finished trial to report"):
+        Report.from_run(empty)
+    moved = tmp_path / "moved"
+    shutil.copytree(run_dir, moved)
+    manifest = json.loads((moved / "manifest.json").read_text())
+    manifest["config"]["baseline"] = "no-such-label"
+    (moved / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match=r"manifest\.json: the config's baseline 'no-such-label'"):
+        Report.from_run(moved)
+
+
+def test_compare_and_drilldown_errors_are_raised_where_found(run_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^--metric 'map': no run evaluated it"):
+        compare_runs([run_dir], metric="map")
+    with pytest.raises(ConfigError, match="at least one run directory"):
+        compare_runs([])
+    empty = _unfinished(run_dir, tmp_path / "empty")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(empty))}: no finished trial with"):
+        compare_runs([empty])
+    table, _ = compare_runs([run_dir, empty])  # one run with finished trials is enough
+    assert len(table) == 10
+    report = Report.from_run(run_dir)
+    with pytest.raises(ConfigError, match=r"^metric 'map': the run .* evaluated ndcg@10"):
+        drilldown(run_dir, report.baseline, report.best, "map")
+    with pytest.raises(
+        DataError, match=r"per_query\.parquet: no 'ndcg@10' values for trial\(s\) zz"
+    ):
+        drilldown(run_dir, report.baseline, "zz", "ndcg@10")
+
+
+def test_cli_report_and_compare_errors_are_one_line_naming_the_flag_or_run(
+    run_dir: Path, tmp_path: Path, capsys
+) -> None:
+    empty = _unfinished(run_dir, tmp_path / "empty")
+    for args, start in (
+        (["report", str(run_dir), "--metric", "bogus"], "ragbench report: --metric 'bogus'"),
+        (["report", str(run_dir), "--baseline", "zz"], "ragbench report: --baseline 'zz'"),
+        (["report", str(empty)], f"ragbench report: {empty}: no finished trial"),
+        (["compare", str(run_dir), "--metric", "map"], "ragbench compare: --metric 'map'"),
+        (["compare", str(empty)], f"ragbench compare: {empty}: no finished trial"),
+    ):
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert err.startswith(start) and err.count("\n") == 1, err
+
+
+def test_cli_does_not_turn_library_bugs_into_user_errors(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ValueError("a bug")
+
+    monkeypatch.setattr("ragbench.report.compare.compare_runs", broken)
+    with pytest.raises(ValueError, match="a bug"):
+        main(["compare", str(run_dir)])

@@ -19,7 +19,7 @@ import os
 from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, Literal, NamedTuple, cast, get_args
 
 from ragbench.data.labeled import LabeledSet, Qrels
 from ragbench.data.problems import Problem, ProblemLog, jsonl_records, text_lines
@@ -184,7 +184,8 @@ def _fields(
     if not isinstance(metadata, dict):
         log.error(file, number, f"{value!r}: expected an object {meta_key!r}, found {metadata!r}")
         return None
-    return value, text, title, metadata
+    # the loop above returned unless both are strings
+    return value, cast(str, text), cast(str, title), metadata
 
 
 # ---------------------------------------------------------------- qrels

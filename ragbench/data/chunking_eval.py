@@ -21,7 +21,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from ragbench.data.labeled import Evidence, LabeledSet, Qrels
 from ragbench.data.problems import Problem, ProblemLog
@@ -113,19 +113,20 @@ def _rows(file: Path, log: ProblemLog) -> Iterator[tuple[int, int, dict[str, str
     try:
         with open(file, encoding="utf-8-sig", newline="") as handle:
             reader = csv.DictReader(handle)
-            missing = [c for c in _COLUMNS if c not in (reader.fieldnames or [])]
+            fieldnames = reader.fieldnames or []
+            missing = [c for c in _COLUMNS if c not in fieldnames]
             if missing:
                 log.error(
                     file,
                     1,
                     f"missing column(s) {', '.join(map(repr, missing))}; "
-                    f"found {', '.join(map(repr, reader.fieldnames or []))}",
+                    f"found {', '.join(map(repr, fieldnames))}",
                 )
                 return
             line = reader.line_num + 1
             for row, record in enumerate(reader, start=1):
                 if any(record.get(c) is None for c in _COLUMNS):
-                    log.error(file, line, f"row {row}: expected {len(reader.fieldnames)} fields")
+                    log.error(file, line, f"row {row}: expected {len(fieldnames)} fields")
                 else:
                     yield row, line, record
                 line = reader.line_num + 1
@@ -160,7 +161,7 @@ def _reference_problem(ref: Any, doc: Document) -> str | None:
     if not isinstance(ref, dict):
         return f"expected an object, found {ref!r}"
     content, start, end = ref.get("content"), ref.get("start_index"), ref.get("end_index")
-    if not isinstance(content, str) or not all(_is_int(v) for v in (start, end)):
+    if not isinstance(content, str) or not _is_int(start) or not _is_int(end):
         return "expected a string 'content' and integers 'start_index', 'end_index'"
     if not 0 <= start < end <= len(doc.text):
         return (
@@ -173,5 +174,5 @@ def _reference_problem(ref: Any, doc: Document) -> str | None:
     return None
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)

@@ -60,7 +60,7 @@ def _records(
     texts = frame["text"]
     bad = ~texts.map(lambda t: isinstance(t, str))
     if bad.any():
-        at = frame.index[bad.to_numpy().argmax()]
+        at = frame.index[int(bad.to_numpy().argmax())]
         raise DataError(
             f"{what} frame: column 'text' must hold strings; the row with index "
             f"{at!r} holds {texts.loc[at]!r}"
@@ -78,12 +78,12 @@ def _missing(value: Any) -> bool:
 def _ids(frame: pd.DataFrame, what: str, column: str) -> list[str]:
     values = frame[column]
     if values.isna().any():
-        at = frame.index[values.isna().to_numpy().argmax()]
+        at = frame.index[int(values.isna().to_numpy().argmax())]
         raise DataError(f"{what} frame: column {column!r} is empty in the row with index {at!r}")
     ids = values.astype(str)
     repeated = ids.duplicated()
     if repeated.any():
-        at = frame.index[repeated.to_numpy().argmax()]
+        at = frame.index[int(repeated.to_numpy().argmax())]
         raise DataError(
             f"{what} frame: {column} {ids.loc[at]!r} appears again in the row with index {at!r}"
         )

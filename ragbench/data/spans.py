@@ -208,7 +208,8 @@ def _checked(
         if value is None and default is not ...:
             value = default
         elif not isinstance(value, kind):
-            expected = {str: "a string", list: "a list", dict: "an object"}[kind]
+            names: dict[type, str] = {str: "a string", list: "a list", dict: "an object"}
+            expected = names[kind]
             found = "nothing" if value is None else repr(value)
             at.error(f"{what}: expected {expected} under {key!r}, found {found}")
             return None
@@ -237,10 +238,10 @@ def _evidence(
         )
         return None
     doc_id, grade = item.get("doc_id"), _grade(item.get("grade", DEFAULT_EVIDENCE_GRADE))
-    doc = docs.get(doc_id) if isinstance(doc_id, str) else None
-    if doc is None:
+    if not isinstance(doc_id, str) or doc_id not in docs:
         at.error(f"{what}: document {doc_id!r} is not in corpus/")
         return None
+    doc = docs[doc_id]
     if grade is None or grade < 1:
         at.error(f"{what}: expected a positive integer 'grade', found {item.get('grade')!r}")
         return None
@@ -262,19 +263,20 @@ def _span(item: dict[str, Any], doc: Document, what: str, at: _Where) -> tuple[i
             return None
         return _locate(excerpt, doc, what, at)
     size = len(doc.text)
-    if _grade(start) is None or _grade(end) is None or not 0 <= start < end <= size:
+    first, last = _grade(start), _grade(end)
+    if first is None or last is None or not 0 <= first < last <= size:
         at.error(
             f"{what}: expected integer offsets with 0 <= start < end <= {size} "
             f"(the document's length), found start={start!r} end={end!r}"
         )
         return None
-    if excerpt is not None and doc.text[start:end] != excerpt:
+    if excerpt is not None and doc.text[first:last] != excerpt:
         at.error(
-            f"{what}: 'text' differs from the document at [{start}, {end}), which holds "
-            f"{_preview(doc.text[start:end])}"
+            f"{what}: 'text' differs from the document at [{first}, {last}), which holds "
+            f"{_preview(doc.text[first:last])}"
         )
         return None
-    return start, end
+    return first, last
 
 
 def _locate(excerpt: str, doc: Document, what: str, at: _Where) -> tuple[int, int] | None:

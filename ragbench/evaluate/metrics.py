@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
 from types import MappingProxyType
-from typing import Literal, NamedTuple, TypeVar, get_args
+from typing import Any, Literal, NamedTuple, TypeVar, get_args
 
 import numpy as np
 import pandas as pd
@@ -276,9 +276,12 @@ def higher_is_better(name: str) -> bool:
     return parse_metric(name).higher_is_better
 
 
-def best_index(values: pd.Series, metric: str) -> Hashable:
+def best_index(values: pd.Series, metric: str) -> Any:
     """The index label of the best of ``values`` of ``metric``: the highest, or the lowest when
-    lower is better (the metric's direction in the metric table)."""
+    lower is better (the metric's direction in the metric table).
+
+    Typed ``Any``: a label is whatever the index holds (a trial id, a row number), and
+    pandas-stubs' ``.loc`` does not accept the ``Hashable`` its ``idxmax`` is typed to return."""
     return values.idxmax() if higher_is_better(metric) else values.idxmin()
 
 
@@ -544,7 +547,8 @@ def _first_per_row(rows: np.ndarray) -> np.ndarray:
 
 def _precision(hits: RankedHits, judged: Judgements, k: int | None, n: int) -> np.ndarray:
     """P@k = |relevant in top k| / k (k even when fewer results), trec_eval ``P_k``."""
-    cutoff = int(k)  # type: ignore[arg-type]  # precision's cutoff is required
+    assert k is not None  # precision's cutoff is required (its cutoff rule in the metric table)
+    cutoff = int(k)
     return _count(hits.within(cutoff).relevant_only().rows, n) / cutoff
 
 
@@ -589,7 +593,8 @@ def _ndcg(hits: RankedHits, judged: Judgements, k: int | None, n: int) -> np.nda
     """nDCG@k = DCG@k / ideal DCG@k with DCG@k = Σ_{r<=k} gain_r / log2(r + 1), gain = grade
     (<= 0 gains nothing) and the ideal over all the query's judged grades, trec_eval
     ``ndcg_cut_k``."""
-    cutoff = int(k)  # type: ignore[arg-type]  # nDCG's cutoff is required
+    assert k is not None  # nDCG's cutoff is required (its cutoff rule in the metric table)
+    cutoff = int(k)
     top = hits.within(cutoff)
     dcg = _count(top.rows, n, np.maximum(top.grades, 0) / np.log2(top.ranks + 2.0))
     idcg = judged.ideal_gains(cutoff) @ (1.0 / np.log2(np.arange(cutoff) + 2.0))

@@ -176,12 +176,13 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
                 return
             node = node.setdefault(key, {} if steps[n + 1][0] else [])
         else:
-            if not isinstance(node, list) or index >= len(node):  # type: ignore[operator]
+            # _STEP matches a key or an [index]: without a key, index is an int
+            if not isinstance(node, list) or index is None or index >= len(node):
                 raise ConfigError(f"--set {path}: no item [{index}] there")
             if last:
-                node[index] = value  # type: ignore[index]
+                node[index] = value
                 return
-            node = node[index]  # type: ignore[index]
+            node = node[index]
 
 
 def load_config(
@@ -354,11 +355,10 @@ def _variants(spec: Any, family: str, path: str) -> list[dict[str, Any]]:
     if isinstance(kinds, list):
         return [v for k in kinds for v in _variants({**spec, "kind": k}, family, path)]
     reg = components(family)
-    try:
-        model = reg.config_class(kinds)
-    except KeyError:
+    if not isinstance(kinds, str) or kinds not in reg.kinds():
         reg.parse(spec, path)  # raises the standard unknown-kind error
-        raise
+        raise KeyError(kinds)
+    model = reg.config_class(kinds)
     return _expand_fields(dict(spec), model, path)
 
 

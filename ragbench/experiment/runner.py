@@ -180,7 +180,7 @@ def run(
     spec = RunSpec(cfg, limit_queries, str(cache_root or default_cache_root()))
     ctx = context(spec)
     trials = expand(cfg)
-    manifest = {
+    manifest: dict[str, Any] = {
         "config": cfg.model_dump(mode="json", exclude={"base_dir"}),
         "dataset": {
             "path": cfg.dataset_path(),

@@ -79,7 +79,7 @@ def _splits(spec: RunSpec, trials: Sequence[Trial], store: RunStore) -> tuple[di
             m: {
                 "trial_id": t,
                 "label": by_id[t].label,
-                "selected": float(selected.loc[t, m]),
+                "selected": float(selected[m].loc[t]),
                 "reported": reported[t][m],
                 "baseline_reported": reported[baseline][m] if baseline else None,
             }
@@ -97,8 +97,10 @@ def _folds(spec: RunSpec, trials: Sequence[Trial], store: RunStore) -> tuple[dic
     ok = ok[ok["status"] == "ok"]
     per_query = per_query[per_query["trial_id"].isin(ok["trial_id"])]
     query_ids = context(spec).query_ids
+    k = evaluation.folds
+    assert k is not None  # select() runs _folds only when the config asks for folds
     folds = np.random.default_rng(evaluation.fold_seed).permutation(len(query_ids))
-    folds %= evaluation.folds  # type: ignore[operator]
+    folds %= k
     fold_of = dict(zip(query_ids, folds, strict=True))
     baseline = find_baseline(trials, config.baseline).id if config.baseline else None
     labels = {t.id: t.label for t in trials}
@@ -120,7 +122,7 @@ def _folds(spec: RunSpec, trials: Sequence[Trial], store: RunStore) -> tuple[dic
         in_fold = np.array([fold_of[q] for q in values.index])
         held_out = np.zeros(len(values))
         picks = []
-        for fold in range(evaluation.folds):  # type: ignore[arg-type]
+        for fold in range(k):
             best = best_index(values[in_fold != fold].mean(), metric)
             picks.append(str(best))
             held_out[in_fold == fold] = values.loc[in_fold == fold, best]

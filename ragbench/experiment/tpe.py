@@ -114,8 +114,8 @@ def tpe_trials(
         if trial.id not in known:
             for result in run([trial]):
                 yield result
-                ok = result.status == "ok"
-                known[trial.id] = float(np.mean(result.per_query[objective])) if ok else math.nan
+                done = result.status == "ok"
+                known[trial.id] = float(np.mean(result.per_query[objective])) if done else math.nan
         value = known[trial.id]
         if not math.isnan(value):
             study.tell(asked, value)

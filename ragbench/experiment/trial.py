@@ -230,7 +230,9 @@ def _top_chunks(ctx: Context, ranking: Ranking, table: ChunkTable) -> pd.DataFra
     found_rows = []
     for qid, ids, scores in zip(ctx.query_ids, head.ids, head.scores, strict=True):
         found = [c for c in ids if c]
-        positions = table.rows(np.asarray(found, dtype=object)) if found else []
+        positions: np.ndarray | list[int] = (
+            table.rows(np.asarray(found, dtype=object)) if found else []
+        )
         for rank, (cid, pos) in enumerate(zip(found, positions, strict=True), start=1):
             found_rows.append(
                 {

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -199,7 +199,7 @@ class StageCache:
         """The artifact's value: from memory, from disk, or computed (timed) and stored."""
         if (stage, key) in self._memo:
             self.hits += 1
-            return self._memo[(stage, key)]  # type: ignore[no-any-return]
+            return self._memo[(stage, key)]
         fresh: list[T] = []
 
         def build(tmp: Path) -> None:
@@ -372,4 +372,5 @@ class CachedEmbedder:
             found = [fresh[k] if v is None else v for k, v in zip(keys, found, strict=True)]
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        return np.stack(found).astype(np.float32, copy=False)
+        # every missing vector was filled in from ``fresh`` above
+        return np.stack(cast("list[np.ndarray]", found)).astype(np.float32, copy=False)

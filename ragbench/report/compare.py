@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.metrics import best_first, parse_metric
 from ragbench.experiment.store import RunStore
 
@@ -36,12 +37,21 @@ def compare_runs(
     run_dirs: Sequence[Path | str], metric: str | None = None
 ) -> tuple[pd.DataFrame, list[str]]:
     """All finished trials of ``run_dirs`` sorted best first by ``metric`` (default: the first
-    run's first metric), plus warnings when datasets, splits, depths or metric cutoffs differ."""
+    run's first metric), plus warnings when datasets, splits, depths or metric cutoffs differ.
+
+    Raises ``ConfigError`` when no run evaluated ``metric`` and ``DataError`` when no run has
+    a finished trial with it (naming the run directories)."""
     if not run_dirs:
-        raise ValueError("compare needs at least one run directory")
+        raise ConfigError("compare: give at least one run directory")
     manifests = {str(d): RunStore(d).manifest() for d in run_dirs}
     first = next(iter(manifests.values()))
     metric = metric or first["config"]["evaluation"]["metrics"][0]
+    evaluated = {m for man in manifests.values() for m in man["config"]["evaluation"]["metrics"]}
+    if metric not in evaluated:
+        raise ConfigError(
+            f"--metric {metric!r}: no run evaluated it; they evaluated "
+            f"{', '.join(sorted(evaluated))}"
+        )
     warnings = _differences(manifests)
     family = parse_metric(metric).family
     cutoffs = {
@@ -64,7 +74,7 @@ def compare_runs(
         frames.append(trials)
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if table.empty or metric not in table.columns:
-        raise ValueError(f"no finished trial of these runs has {metric!r}")
+        raise DataError(f"{', '.join(manifests)}: no finished trial with {metric!r}")
     columns = ["run", "trial_id", "label", metric, "latency.total.p50_ms", "latency.total.p95_ms"]
     table = table[[c for c in columns if c in table.columns]]
     return best_first(table, metric), warnings

@@ -4,16 +4,18 @@ each trial's top chunks, read from the run directory."""
 from __future__ import annotations
 
 import json
+from collections.abc import Hashable
 from pathlib import Path
 
 import pandas as pd
 
+from ragbench.errors import ConfigError, DataError
 from ragbench.experiment.store import RunStore
 
 __all__ = ["drilldown"]
 
 
-def _top(run_dir: Path, trial_id: str, per_query: int) -> dict[str, list[dict]]:
+def _top(run_dir: Path, trial_id: str, per_query: int) -> dict[Hashable, list[dict]]:
     path = run_dir / "runs" / f"{trial_id}.top.parquet"
     if not path.is_file():
         return {}
@@ -32,15 +34,23 @@ def drilldown(
 
     Columns: query_id, query, delta (b − a), a, b, gold (judged documents and evidence
     excerpts), top_a, top_b (each trial's first ``chunks`` chunks: rank, id, score, text).
+    Raises ``ConfigError`` when the run did not evaluate ``metric`` and ``DataError`` when a
+    trial has no values of it.
     """
     store = RunStore(run_dir)
     per_query = store.per_query()
+    evaluated = sorted(set(per_query["metric"]))
+    if evaluated and metric not in evaluated:
+        raise ConfigError(f"metric {metric!r}: the run {run_dir} evaluated {', '.join(evaluated)}")
     values = per_query[per_query["metric"] == metric].pivot(
         index="query_id", columns="trial_id", values="value"
     )
     missing = [t for t in (trial_a, trial_b) if t not in values.columns]
     if missing:
-        raise ValueError(f"{run_dir}: no {metric!r} values for trial(s) {', '.join(missing)}")
+        raise DataError(
+            f"{store.path / 'per_query.parquet'}: no {metric!r} values for trial(s) "
+            f"{', '.join(missing)}"
+        )
     frame = pd.DataFrame({"a": values[trial_a], "b": values[trial_b]})
     frame["delta"] = frame["b"] - frame["a"]
     frame = frame[frame["delta"] != 0]
@@ -48,15 +58,15 @@ def drilldown(
     queries = pd.read_parquet(Path(run_dir) / "queries.parquet").set_index("query_id")
     top_a, top_b = _top(Path(run_dir), trial_a, chunks), _top(Path(run_dir), trial_b, chunks)
     rows = []
-    for qid, row in frame.iterrows():
+    for qid, a, b, delta in zip(frame.index, frame["a"], frame["b"], frame["delta"], strict=True):
         query = queries.loc[qid]
         rows.append(
             {
                 "query_id": qid,
                 "query": query["text"],
-                "delta": row["delta"],
-                "a": row["a"],
-                "b": row["b"],
+                "delta": delta,
+                "a": a,
+                "b": b,
                 "gold": {
                     "qrels": json.loads(query["qrels"]),
                     "evidence": json.loads(query["evidence"]),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import base64
 import html
-from typing import TYPE_CHECKING
+from collections.abc import Hashable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import yaml
@@ -68,7 +69,7 @@ def _trial_table(report: Report, stages: bool) -> str:
     shown = report.display_table(stages=stages)
     if stages:
         shown = shown[["trial", *[c for c in shown.columns if c.endswith("p50/p95 ms")]]]
-    best: dict[str, object] = {}
+    best: dict[Hashable, object] = {}
     for metric in report.metrics:
         best[metric] = best_index(numeric[metric], metric)
     for column in shown.columns:
@@ -81,9 +82,9 @@ def _trial_table(report: Report, stages: bool) -> str:
     rows = []
     for trial_id, row in shown.iterrows():
         cells = [f"<td class='label'><code>{_e(trial_id)}</code></td>"]
-        for column, value in row.items():
-            classes = ["label"] if column == "trial" else []
-            if best.get(column) == trial_id:
+        for name, value in row.items():
+            classes = ["label"] if name == "trial" else []
+            if best.get(name) == trial_id:
                 classes.append("best")
             if trial_id == report.baseline:
                 classes.append("base")
@@ -139,7 +140,8 @@ def _drilldown(report: Report) -> str:
         f"<p>Baseline <code>{_e(base)}</code> vs best <code>{_e(best)}</code> on "
         f"{_e(report.metric)}.</p>"
     ]
-    for row in frame.itertuples():
+    rows: Iterable[Any] = frame.itertuples()  # named tuples of the drill-down's columns
+    for row in rows:
         gold = row.gold
         evidence = "".join(
             f"<div class='chunk'><code>{_e(e['doc_id'])}</code>\n{_e(e['text'])}</div>"

@@ -2,7 +2,8 @@
 
 Every function takes the run-directory frames (``trials``, ``per_query``, ``curves``), returns a
 ``matplotlib.figure.Figure`` built without pyplot (no global state, nothing shown), and raises
-``ValueError`` with a message naming what is missing when there is nothing to draw. Only trials
+``DataError`` with a message naming what is missing when there is nothing to draw (``ConfigError``
+when an argument names nothing that exists: a baseline that is no trial, no trial ids). Only trials
 with ``status == "ok"`` and a value for the plotted metric are drawn. Colours follow the
 retriever kind, the same in every plot.
 """
@@ -23,6 +24,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.metrics import higher_is_better
 
 __all__ = [
@@ -81,7 +83,7 @@ def kind_colour(kind: object) -> tuple[float, float, float, float]:
 
 
 def short_labels(
-    labels: Sequence[str], width: int = 48, among: Sequence[str] | None = None
+    labels: Sequence[str] | pd.Series, width: int = 48, among: Sequence[str] | None = None
 ) -> list[str]:
     """Trial labels without the ``" | "`` parts shared by every label of ``among`` (default:
     ``labels``), cut to ``width`` characters."""
@@ -96,14 +98,14 @@ def short_labels(
 
 
 def _usable(trials: pd.DataFrame, columns: Sequence[str], what: str) -> pd.DataFrame:
-    """Finished trials with a value in every one of ``columns`` (ValueError when none)."""
+    """Finished trials with a value in every one of ``columns`` (DataError when none)."""
     missing = [c for c in columns if c not in trials.columns]
     if missing:
-        raise ValueError(f"{what}: no column {', '.join(map(repr, missing))} in the trials")
+        raise DataError(f"{what}: no column {', '.join(map(repr, missing))} in the trials")
     ok = trials[trials["status"] == "ok"] if "status" in trials.columns else trials
     ok = ok.dropna(subset=list(columns))
     if ok.empty:
-        raise ValueError(f"{what}: no finished trial has values for {', '.join(columns)}")
+        raise DataError(f"{what}: no finished trial has values for {', '.join(columns)}")
     return ok
 
 
@@ -150,11 +152,11 @@ def metric_vs_chunk_size(trials: pd.DataFrame, metric: str) -> Figure:
     """
     ok = _usable(trials, [metric, CHUNKER, RETRIEVER], "metric_vs_chunk_size")
     if SIZE not in ok.columns:
-        raise ValueError(f"metric_vs_chunk_size: no column {SIZE!r} in the trials")
+        raise DataError(f"metric_vs_chunk_size: no column {SIZE!r} in the trials")
     ok = ok.assign(_size=pd.to_numeric(ok[SIZE], errors="coerce"))
     sized = ok[ok["_size"].notna()]
     if sized.empty:
-        raise ValueError("metric_vs_chunk_size: no finished trial has a chunk size")
+        raise DataError("metric_vs_chunk_size: no finished trial has a chunk size")
     fig, ax = _new_figure()
     chunkers = sorted(sized[CHUNKER].astype(str).unique())
     for (chunker, retriever), series in sized.groupby([CHUNKER, RETRIEVER], sort=True):
@@ -205,7 +207,9 @@ def _size_axis(ax: Axes, sized: pd.DataFrame) -> None:
         ax.minorticks_off()
     if len(sizes) <= 10:
         ax.set_xticks(sizes, [_tick(float(s)) for s in sizes], rotation=45 if len(sizes) > 6 else 0)
-    units = sized["param.chunker.unit"].dropna().unique() if "param.chunker.unit" in sized else []
+    units: Sequence[object] | np.ndarray = (
+        sized["param.chunker.unit"].dropna().unique() if "param.chunker.unit" in sized else []
+    )
     unit = units[0] if len(units) == 1 else "units vary by chunker" if len(units) else "units"
     ax.set_xlabel(f"chunk size ({unit})")
 
@@ -223,7 +227,7 @@ def pareto_front(trials: pd.DataFrame, metric: str, latency: str = TOTAL_P95) ->
     cost = ok[latency].to_numpy(dtype=float)
     no_worse = (quality[None, :] >= quality[:, None]) & (cost[None, :] <= cost[:, None])
     better = (quality[None, :] > quality[:, None]) | (cost[None, :] < cost[:, None])
-    dominated = (no_worse & better).any(axis=1)
+    dominated = np.any(no_worse & better, axis=1)
     front = ok[~dominated]
     return front.sort_values([latency, metric], ascending=[True, not higher]).reset_index(drop=True)
 
@@ -258,7 +262,7 @@ def pareto(
         label=f"Pareto front ({len(front)})",
     )
     if baseline is not None:
-        _mark_baseline(ax, ok, baseline, metric, latency)
+        _mark_baseline(ax, trials, ok, baseline, metric, latency)
     key = _number_front(ax, ok, front, metric, latency)
     _latency_axis(ax, ok[latency], latency)
     ax.set_ylabel(metric)
@@ -269,10 +273,14 @@ def pareto(
     return fig
 
 
-def _mark_baseline(ax: Axes, ok: pd.DataFrame, baseline: str, metric: str, latency: str) -> None:
+def _mark_baseline(
+    ax: Axes, trials: pd.DataFrame, ok: pd.DataFrame, baseline: str, metric: str, latency: str
+) -> None:
     row = ok[ok["trial_id"] == baseline]
     if row.empty:
-        raise ValueError(f"pareto: baseline {baseline!r} is not a finished trial with {metric}")
+        if "trial_id" in trials.columns and baseline not in set(trials["trial_id"]):
+            raise ConfigError(f"pareto: baseline {baseline!r} is not the id of any trial")
+        raise DataError(f"pareto: baseline {baseline!r} is not a finished trial with {metric}")
     ax.scatter(
         row[latency],
         row[metric],
@@ -351,11 +359,11 @@ def _differences(
     for tid in (trial_id, baseline_id):
         found = rows[rows["trial_id"] == tid].set_index("query_id")["value"].dropna()
         if found.empty:
-            raise ValueError(f"per_query_difference: no {metric} values for trial {tid!r}")
+            raise DataError(f"per_query_difference: no {metric} values for trial {tid!r}")
         values[tid] = found
     diff = (values[trial_id] - values[baseline_id]).dropna()
     if diff.empty:
-        raise ValueError(
+        raise DataError(
             f"per_query_difference: trials {trial_id!r} and {baseline_id!r} share no query"
         )
     return diff.sort_values(ascending=False, kind="stable")
@@ -386,10 +394,10 @@ def metric_at_k(
     rows = curves[(curves["metric"] == family) & curves["trial_id"].isin(trial_ids)]
     rows = rows.dropna(subset=["value"])
     if not trial_ids:
-        raise ValueError("metric_at_k: no trial ids given")
+        raise ConfigError("metric_at_k: no trial ids given")
     missing = [t for t in trial_ids if t not in set(rows["trial_id"])]
     if missing:
-        raise ValueError(f"metric_at_k: no {family}@k curve for trials {', '.join(missing)}")
+        raise DataError(f"metric_at_k: no {family}@k curve for trials {', '.join(missing)}")
     fig, ax = _new_figure()
     names = short_labels([(labels or {}).get(t, t) for t in trial_ids])
     depth = int(rows["k"].max())
@@ -431,7 +439,7 @@ def heatmap(trials: pd.DataFrame, x: str, y: str, metric: str) -> Figure:
     ok = _usable(trials, [x, y, metric], "heatmap")
     for column in (x, y):
         if ok[column].astype(str).nunique() < 2:
-            raise ValueError(f"heatmap: {column!r} takes fewer than 2 values among the trials")
+            raise DataError(f"heatmap: {column!r} takes fewer than 2 values among the trials")
     pick = _best_of(metric)
     grid = ok.pivot_table(index=y, columns=x, values=metric, aggfunc=pick)
     counts = ok.groupby([y, x]).size()

@@ -3,8 +3,8 @@ difference is real, and what it costs in latency.
 
 ``Report.from_run(run_dir)`` reads the run directory contract only (ARCHITECTURE.md, "The run
 directory"), tests every trial against the baseline per metric (paired test, multiple-comparison
-correction, bootstrap confidence intervals), and renders to a DataFrame, Markdown, LaTeX, CSV, PNG plots
-and one self-contained HTML file.
+correction, bootstrap confidence intervals), and renders to a DataFrame, Markdown, LaTeX, CSV, PNG
+plots and one self-contained HTML file.
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
 
+from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.metrics import best_first, best_index, higher_is_better
 from ragbench.evaluate.significance import bootstrap_ci, compare, compare_all
 from ragbench.experiment.store import RunStore
@@ -33,10 +34,8 @@ Test = Literal["t", "wilcoxon", "permutation"]
 Correction = Literal["holm", "bonferroni", "bh", "none"]
 
 
-def _resolve(trials: pd.DataFrame, wanted: str | None) -> str:
+def _match(trials: pd.DataFrame, wanted: str) -> str | None:
     """A trial id from an id, an exact label, or text a label contains (first in run order)."""
-    if wanted is None:
-        return str(trials["trial_id"].iloc[0])
     for match in (
         trials["trial_id"] == wanted,
         trials["label"] == wanted,
@@ -44,7 +43,29 @@ def _resolve(trials: pd.DataFrame, wanted: str | None) -> str:
     ):
         if match.any():
             return str(trials.loc[match, "trial_id"].iloc[0])
-    raise ValueError(f"baseline {wanted!r} matches no trial (labels: {list(trials['label'])[:8]})")
+    return None
+
+
+def _resolve(
+    trials: pd.DataFrame, run_dir: Path | str, given: str | None, configured: str | None
+) -> str:
+    """The baseline's trial id: ``given`` (the caller's ``--baseline``), else the run config's
+    ``baseline``, else the first finished trial."""
+    wanted = given or configured
+    if wanted is None:
+        return str(trials["trial_id"].iloc[0])
+    found = _match(trials, wanted)
+    if found is not None:
+        return found
+    labels = list(trials["label"])[:8]
+    if given:
+        raise ConfigError(
+            f"--baseline {given!r}: matches no finished trial of {run_dir} (labels: {labels})"
+        )
+    raise DataError(
+        f"{RunStore(run_dir).manifest_path}: the config's baseline {configured!r} matches no "
+        f"finished trial (labels: {labels})"
+    )
 
 
 @dataclass
@@ -77,11 +98,11 @@ class Report:
         trials = store.trials()
         ok = trials[trials["status"] == "ok"] if not trials.empty else trials
         if ok.empty:
-            raise ValueError(f"{run_dir}: no finished trial to report on")
+            raise DataError(f"{run_dir}: no finished trial to report on")
         metrics = list(manifest["config"]["evaluation"]["metrics"])
         if metric is not None and metric not in metrics:
-            raise ValueError(f"--metric {metric!r}: the run evaluated {', '.join(metrics)}")
-        chosen = _resolve(ok, baseline or manifest["config"].get("baseline"))
+            raise ConfigError(f"--metric {metric!r}: the run evaluated {', '.join(metrics)}")
+        chosen = _resolve(ok, run_dir, baseline, manifest["config"].get("baseline"))
         return cls(Path(run_dir), chosen, metric or metrics[0], **options)
 
     # ------------------------------------------------------------ data
@@ -316,14 +337,14 @@ class Report:
                 makers.append(
                     (
                         f"heatmap_{x}_{y}".replace("param.", ""),
-                        lambda x=x, y=y: plots.heatmap(self.trials, x, y, self.metric),
+                        partial(plots.heatmap, self.trials, x, y, self.metric),
                     )
                 )
         out = {}
         for name, make in makers:
             try:
                 out[name] = make()
-            except ValueError as exc:  # the plot does not apply to this run
+            except DataError as exc:  # the plot does not apply to this run
                 log.info("skipping plot %s: %s", name, exc)
         return out
 

@@ -11,12 +11,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
 from ragbench.index.sparse import BM25Index
+from ragbench.protocols import DenseStore
 from ragbench.registry import ComponentConfig, components
 from ragbench.text.chunk_table import ChunkTable
 from ragbench.types import Chunk, Ranking
@@ -153,6 +154,15 @@ def _load_query_vectors(path: Path) -> QueryVectors:
     return QueryVectors(data["vectors"], data["seconds"])
 
 
+def _save_texts(texts: Sequence[str], path: Path) -> None:
+    (path / "texts.json").write_text(json.dumps(list(texts)), "utf-8")
+
+
+def _load_texts(path: Path) -> list[str]:
+    texts: list[str] = json.loads((path / "texts.json").read_text("utf-8"))
+    return texts
+
+
 CHUNKS = Codec(_save_chunks, _load_chunks)
 VECTORS = Codec(
     lambda v, p: np.save(p / "vectors.npy", v),
@@ -160,14 +170,11 @@ VECTORS = Codec(
 )
 RANKING = Codec(_save_ranking, _load_ranking)
 QUERY_VECTORS = Codec(_save_query_vectors, _load_query_vectors)
-TEXTS = Codec(
-    lambda texts, p: (p / "texts.json").write_text(json.dumps(list(texts)), "utf-8"),
-    lambda p: json.loads((p / "texts.json").read_text("utf-8")),
-)
+TEXTS = Codec(_save_texts, _load_texts)
 BM25_INDEX = Codec(lambda i, p: i.save(p / "index"), lambda p: BM25Index.load(p / "index"))
 
 
 def dense_index_codec(store: ComponentConfig) -> Codec:
     """The codec of a dense store of ``store``'s kind (the registered class's ``load``)."""
-    cls = components("dense").factory(store.kind)
+    cls = cast("type[DenseStore]", components("dense").factory(store.kind))
     return Codec(lambda s, p: s.save(p / "index"), lambda p: cls.load(p / "index"))

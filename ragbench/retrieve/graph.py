@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ragbench.index.cache import CachedEmbedder, EmbeddingCache, StageCache
-from ragbench.index.sparse import BM25Index
+from ragbench.index.sparse import BM25Config, BM25Index
 from ragbench.models import model_identity
 from ragbench.protocols import Embedder
 from ragbench.registry import ComponentConfig, axes, components
@@ -57,7 +57,7 @@ __all__ = [
 SOURCES = ("corpus", "queries")
 
 
-def stage_key(stage: str, *parts: str | int) -> str:
+def stage_key(stage: str, *parts: str | int | float) -> str:
     """Hash of a stage name and its inputs' keys."""
     payload = json.dumps([stage, *parts], separators=(",", ":"))
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
@@ -289,7 +289,7 @@ class PlanBuilder:
             extend=extend,
         )
 
-    def bm25_index(self, config: ComponentConfig, chunker: ComponentConfig | None = None) -> str:
+    def bm25_index(self, config: BM25Config, chunker: ComponentConfig | None = None) -> str:
         """A BM25 index of ``config`` over the chunk texts."""
 
         def extend(index: BM25Index, chunks: ChunkSet) -> BM25Index:
@@ -297,7 +297,7 @@ class PlanBuilder:
             return index
 
         def compute(env: Env, chunks: ChunkSet) -> BM25Index:
-            index = extend(BM25Index(config), chunks)  # type: ignore[arg-type]
+            index = extend(BM25Index(config), chunks)
             index.search(["warm up"], 1)  # builds the backend index inside the timed step
             return index
 

@@ -162,7 +162,7 @@ class RerankerConfig(StepConfig):
 
     def reranker(self, env: Env, vectors: np.ndarray | None, chunks: ChunkSet) -> Reranker:
         """The component that rescores (shared by every plan run with ``env``)."""
-        return env.component("reranker", self)  # type: ignore[no-any-return]
+        return env.component("reranker", self)
 
     def document_vectors(self, g: PlanBuilder) -> str | None:
         """The document-vectors stage this kind needs, if any."""

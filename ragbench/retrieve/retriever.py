@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import Field
 
 from ragbench.index.sparse import BM25Config
-from ragbench.protocols import Fusion
+from ragbench.protocols import DenseStore, Fusion, SparseIndex
 from ragbench.registry import ComponentConfig, component_field, components
 from ragbench.retrieve.artifacts import RANKING, ChunkSet, QueryVectors, Timed
 from ragbench.retrieve.graph import Env, PlanBuilder, StepConfig, component_key
@@ -40,9 +40,9 @@ def bm25_search(
 ) -> str:
     """Plan a BM25 search (top ``k`` per query) over the chunks of ``chunker``."""
 
-    def compute(env: Env, index: Any, queries: Sequence[str]) -> Timed:
+    def compute(env: Env, index: SparseIndex, queries: Sequence[str]) -> Timed:
         def step(s: slice) -> Ranking:
-            return index.search(queries[s], k, env.filter)  # type: ignore[no-any-return]
+            return index.search(queries[s], k, env.filter)
 
         return Timed(*per_query(step, len(queries), k, env.warm_up))
 
@@ -53,11 +53,11 @@ def bm25_search(
 def dense_search(g: PlanBuilder, store: ComponentConfig, k: int) -> str:
     """Plan a dense search (top ``k`` per query) of the trial's embedder and chunks."""
 
-    def compute(env: Env, index: Any, queries: QueryVectors) -> Timed:
+    def compute(env: Env, index: DenseStore, queries: QueryVectors) -> Timed:
         vectors = queries.vectors
 
         def step(s: slice) -> Ranking:
-            return index.search(vectors[s], k, env.filter)  # type: ignore[no-any-return]
+            return index.search(vectors[s], k, env.filter)
 
         return Timed(*per_query(step, len(vectors), k, env.warm_up))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from itertools import pairwise
+from typing import cast
 
 __all__ = ["split_sentences"]
 
@@ -58,7 +59,7 @@ def _dot_is_not_a_stop(text: str, dot: int, following: str) -> bool:
 
 def _ends_sentence(text: str, start: int, end: int) -> bool:
     """Whether the terminal punctuation ``text[start:end]`` ends a sentence."""
-    nxt = _SPACE.match(text, end).end()
+    nxt = cast("re.Match[str]", _SPACE.match(text, end)).end()  # \s* matches anywhere
     if nxt == len(text) or not _opens_sentence(text[nxt]):
         return False  # the text ends here anyway, or continues the sentence
     if text[start:end].rstrip(_CLOSERS) != ".":

@@ -152,7 +152,7 @@ class _Cl100kCounter:
         return _spans_from_starts(starts, len(text))
 
 
-def _spans_from_starts(starts: Sequence[int], length: int) -> np.ndarray:
+def _spans_from_starts(starts: Sequence[int] | np.ndarray, length: int) -> np.ndarray:
     """Spans from token start offsets. A token inside a multi-byte character shares its start;
     only tokens that begin a new character are kept, so every span is a non-empty char range."""
     arr = np.asarray(starts, dtype=np.int64)

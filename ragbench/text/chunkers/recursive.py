@@ -95,10 +95,11 @@ class _Splitter:
         # when none occurs, the last one is used (it yields a single piece).
         chosen, rest = len(patterns) - 1, len(patterns)
         for i in range(level, len(patterns)):
-            if patterns[i] is None:
+            pattern = patterns[i]
+            if pattern is None:
                 chosen = i
                 break
-            if patterns[i].search(self.text[start:end]) is not None:
+            if pattern.search(self.text[start:end]) is not None:
                 chosen, rest = i, i + 1
                 break
         out: list[Span] = []

@@ -36,7 +36,7 @@ class SemanticConfig(ComponentConfig):
     kind: Literal["semantic"] = "semantic"
     buffer: int = Field(1, ge=0)
     percentile: float = Field(95.0, ge=0, le=100)
-    embedder: EmbedderSpec = Field(
+    embedder: EmbedderSpec = Field(  # type: ignore[valid-type]
         default_factory=lambda: components("embedder").parse(_DEFAULT_EMBEDDER)
     )
 
