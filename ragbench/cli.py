@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import statistics
 import sys
 import time
@@ -31,6 +32,8 @@ def _json_arg(flag: str, value: str) -> dict:
         spec = json.loads(value)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{flag}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise ConfigError(f"{flag}: invalid JSON (nested too deeply)") from None
     if not isinstance(spec, dict):
         raise ConfigError(f"{flag}: expected a JSON object like '{{\"kind\": ...}}'")
     return spec
@@ -41,7 +44,7 @@ def _cmd_chunk(args: argparse.Namespace) -> int:
     from ragbench.text.loaders import load
 
     chunker = build_chunker(_json_arg("--chunker", args.chunker))
-    source = load(Path(args.path))
+    source = load(Path(args.path), follow_symlinks=args.follow_symlinks)
     started = time.perf_counter()
     docs = list(source)
     chunks = chunk_documents(chunker, docs)
@@ -194,12 +197,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
         limit_queries=args.limit_queries,
     )
     trials = result.trials
-    _print_frame(trial_table(trials, result.metrics))
+    finished = int((trials["status"] == "ok").sum()) if not trials.empty else 0
+    if finished:
+        _print_frame(trial_table(trials, result.metrics))
     print(f"\nrun directory: {result.path}")
-    failed = int((trials["status"] != "ok").sum()) if not trials.empty else len(trials)
-    if failed < len(trials) and not args.no_report:
-        paths = Report.from_run(result.path).write(("html", "md"))
-        print(f"report:        {paths['html']}")
+    if not finished:
+        print("no trial finished: no table and no report", file=sys.stderr)
+    elif not args.no_report:
+        try:
+            paths = Report.from_run(result.path).write(("html", "md"))
+            print(f"report:        {paths['html']}")
+        except DataError as exc:  # the trials are kept; only the report does not apply
+            print(f"report skipped: {exc}", file=sys.stderr)
+    failed = len(trials) - finished
     if failed:
         print(f"{failed} trial(s) failed; see {result.path / 'trials.parquet'}", file=sys.stderr)
     return 1 if failed else 0
@@ -240,17 +250,24 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     if args.cache_command == "info":
         print(cache.info())
         return 0
-    older = _duration(args.older_than) if args.older_than else None
+    older = _duration(args.older_than) if args.older_than is not None else None
     print(f"removed {cache.clear(older)} entries from {cache.root}")
     return 0
 
 
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhd]?)")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 86400}
+
+
 def _duration(text: str) -> float:
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    try:
-        return float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text) * 86400
-    except ValueError:
-        raise ConfigError(f"--older-than: expected e.g. 7d, 12h or 30m, got {text!r}") from None
+    """Seconds in ``--older-than`` (``7d``, ``12h``, ``30m``, ``45s``; a bare number is days)."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None:
+        raise ConfigError(
+            "--older-than: expected a duration such as 7d, 12h, 30m or 45s (a bare number is "
+            f"days), got {text!r}"
+        )
+    return float(match[1]) * _SECONDS[match[2]]
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
@@ -304,18 +321,25 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 # ---------------------------------------------------------------- collections
 
 
+_MAX_COLLECTION_NAME = 100
+
+
 def _collection_dir(args: argparse.Namespace) -> Path:
     import os
 
     db = args.db or os.environ.get("RAGBENCH_DB") or Path.home() / ".local/share/ragbench"
     name = args.collection
-    if not name or "/" in name or name.startswith("."):
-        raise ConfigError(f"--collection: expected a plain name, got {name!r}")
+    plain = 0 < len(name) <= _MAX_COLLECTION_NAME and name.isprintable()
+    if not plain or "/" in name or "\\" in name or name.startswith("."):
+        raise ConfigError(
+            f"--collection: expected a plain name (1-{_MAX_COLLECTION_NAME} printable "
+            f"characters, no '/' or '\\', not starting with '.'), got {name!r}"
+        )
     return Path(db) / name
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    from ragbench.pipeline import RAGPipeline
+    from ragbench.pipeline import RAGPipeline, collection_lock, pipeline_trial
     from ragbench.text.loaders import load
 
     target = _collection_dir(args)
@@ -323,26 +347,28 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         raise ConfigError("ingest: give --source PATH, --from-run RUN --trial ID, or both")
     if (args.from_run is None) != (args.trial is None):
         raise ConfigError("--from-run and --trial go together (--trial ID, or --trial best)")
-    exists = (target / "pipeline.json").exists()
-    if exists and (args.config or args.from_run):
-        flag = "--config" if args.config else "--from-run"
-        raise ConfigError(f"{flag}: collection {args.collection!r} exists; its config stays")
     if args.config and args.from_run:
         raise ConfigError("--config and --from-run: give one (the trial is the config)")
-    if exists:
-        pipeline = RAGPipeline.open(target)
-    elif args.from_run:
-        pipeline = RAGPipeline.from_trial(args.from_run, args.trial)
-        print(
-            f"trial {args.trial}: {pipeline.trial.label}, {len(pipeline.document_ids)} "
-            "documents of the run's corpus"
-        )
-    else:
-        spec = _json_arg("--config", args.config) if args.config else {}
-        pipeline = RAGPipeline.from_config(spec)
-    if args.source is not None:
-        print(pipeline.index(load(Path(args.source))))
-    pipeline.save(target)
+    spec = _json_arg("--config", args.config) if args.config else None
+    with collection_lock(target):  # other ingests into this collection wait until it is saved
+        exists = (target / "pipeline.json").exists()
+        pipeline = RAGPipeline.open(target) if exists else None
+        if pipeline is not None and (
+            args.from_run or (spec is not None and pipeline_trial(spec).id != pipeline.trial.id)
+        ):
+            flag = "--config" if args.config else "--from-run"
+            raise ConfigError(f"{flag}: collection {args.collection!r} exists; its config stays")
+        if pipeline is None and args.from_run:
+            pipeline = RAGPipeline.from_trial(args.from_run, args.trial)
+            print(
+                f"trial {args.trial}: {pipeline.trial.label}, {len(pipeline.document_ids)} "
+                "documents of the run's corpus"
+            )
+        elif pipeline is None:
+            pipeline = RAGPipeline.from_config(spec or {})
+        if args.source is not None:
+            print(pipeline.index(load(Path(args.source), follow_symlinks=args.follow_symlinks)))
+        pipeline.save(target)
     print(f"collection {args.collection!r}: {len(pipeline.chunks)} chunks in {target}")
     return 0
 
@@ -350,6 +376,8 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 def _cmd_search(args: argparse.Namespace) -> int:
     from ragbench.pipeline import RAGPipeline
 
+    if args.k < 1:
+        raise ConfigError(f"-k: expected a positive number of results, got {args.k}")
     target = _collection_dir(args)
     if not target.exists():
         raise DataError(f"no collection {args.collection!r} in {target.parent}")
@@ -382,6 +410,11 @@ def _add_collections(sub: argparse._SubParsersAction) -> None:
         help="index a file or folder into a persistent collection, or deploy a sweep's trial",
     )
     ingest.add_argument("--source", help="file or directory to index")
+    ingest.add_argument(
+        "--follow-symlinks",
+        action="store_true",
+        help="follow links in --source that lead outside it (skipped and reported otherwise)",
+    )
     ingest.add_argument(
         "--from-run",
         metavar="RUN",
@@ -417,9 +450,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     metrics = parse_metrics([m for m in args.metrics.split(",") if m.strip()])
     if not metrics:
         raise ConfigError("--metrics: expected a comma-separated list such as ndcg@10,map")
-    for flag, path in (("--qrels", args.qrels), ("--run", args.run)):
+    for flag, path, kind in (("--qrels", args.qrels, "qrels"), ("--run", args.run, "run")):
         if not Path(path).exists():
             raise DataError(f"{flag} {path}: no such file")
+        if Path(path).is_dir():
+            raise DataError(f"{flag} {path}: is a directory, expected a {kind} file")
     qrels, run = read_qrels(args.qrels), read_run(args.run)
     query_ids = list(qrels) if args.complete else [q for q in qrels if q in run]
     if not query_ids:
@@ -473,6 +508,11 @@ def _parser() -> argparse.ArgumentParser:
         help='chunker spec as JSON, e.g. \'{"kind":"recursive","size":400,"overlap":50}\'',
     )
     chunk.add_argument("--format", choices=["table", "jsonl", "summary"], default="table")
+    chunk.add_argument(
+        "--follow-symlinks",
+        action="store_true",
+        help="follow links in PATH that lead outside it (skipped and reported otherwise)",
+    )
     chunk.set_defaults(func=_cmd_chunk)
     _add_datasets(sub)
     _add_eval(sub)

@@ -11,7 +11,9 @@ pipeline returns exactly what the sweep scored.
 Re-indexing a document id replaces its chunks (the old version stays if the new one fails to
 chunk or embed); unchanged documents (same content hash) are not re-embedded; a pipeline saves to
 a directory and reopens in another process, which is what ``ragbench ingest`` / ``ragbench
-search`` use.
+search`` use. ``collection_lock`` serialises the processes that write one collection: ``save``
+and ``open`` hold it, and so does ``ragbench ingest`` from opening to saving, so concurrent
+ingests wait for each other and keep every document.
 """
 
 from __future__ import annotations
@@ -25,18 +27,20 @@ import secrets
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from filelock import FileLock
 
 from ragbench.data import load_dataset
 from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.metrics import best_index
 from ragbench.experiment.config import Trial, expand, load_config, make_trial
-from ragbench.experiment.store import RunStore
+from ragbench.experiment.store import RunStore, write_failure
 from ragbench.index.cache import StageCache
 from ragbench.protocols import Embedder
 from ragbench.registry import axes, components
@@ -47,13 +51,43 @@ from ragbench.retrieve.postprocess import apply_threshold
 from ragbench.retrieve.timed import percentiles_ms
 from ragbench.types import Chunk, Document, Hit, Ranking
 
-__all__ = ["IndexReport", "RAGPipeline", "Retrieval", "RetrievalTool", "pipeline_trial"]
+__all__ = [
+    "IndexReport",
+    "RAGPipeline",
+    "Retrieval",
+    "RetrievalTool",
+    "collection_lock",
+    "pipeline_trial",
+]
 
 _BATCH_DOCS = 64
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "chunker": {"kind": "recursive", "size": 800, "overlap": 100},
     "retriever": {"kind": "hybrid", "store": {"kind": "hnsw"}, "depth": 50},
 }
+
+
+@contextmanager
+def collection_lock(path: Path | str, *, writing: bool = True) -> Iterator[None]:
+    """Hold the inter-process lock of the collection at ``path`` (a file beside it, since
+    ``save`` replaces the folder); re-entrant within a thread, so a holder may ``open`` and
+    ``save``. Where no lock file can be made (a read-only folder) a writer gets a one-line
+    error and a reader goes on without the lock: no writer can be saving there either."""
+    target = Path(path)
+    lock = FileLock(target.with_name(f".{target.name}.lock"), is_singleton=True)
+    held = False
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+        held = True
+    except OSError as exc:
+        if writing:
+            raise write_failure(target.parent, f"locking collection {target.name!r}", exc) from None
+    try:
+        yield
+    finally:
+        if held:
+            lock.release()
 
 
 def pipeline_trial(spec: Mapping[str, Any] | Trial | None = None) -> Trial:
@@ -427,30 +461,51 @@ class RAGPipeline:
     # ------------------------------------------------------------ persistence
 
     def save(self, path: Path | str) -> None:
-        """Write the collection to ``path`` atomically (replacing an older copy)."""
+        """Write the collection to ``path`` atomically (replacing an older copy) under its
+        ``collection_lock``; when a write fails (a full disk) the older copy stays and the
+        error is one line naming the folder."""
         target = Path(path)
-        tmp = target.with_name(f".tmp-{uuid.uuid4().hex}-{target.name}")
-        tmp.mkdir(parents=True)
+        with collection_lock(target):
+            tmp = target.with_name(f".tmp-{uuid.uuid4().hex}-{target.name}")
+            try:
+                self._write(tmp)
+            except OSError as exc:
+                shutil.rmtree(tmp, ignore_errors=True)
+                what = f"saving collection {target.name!r}; it is unchanged"
+                raise write_failure(target.parent, what, exc) from None
+            old = target.with_name(f".old-{uuid.uuid4().hex}-{target.name}")
+            if target.exists():
+                os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _write(self, folder: Path) -> None:
+        """Every file of the collection, into the new ``folder``."""
+        folder.mkdir(parents=True)
         config = {"trial": self.trial.effective(), "score_threshold": self.score_threshold}
-        (tmp / "pipeline.json").write_text(json.dumps(config, indent=2), "utf-8")
+        (folder / "pipeline.json").write_text(json.dumps(config, indent=2), "utf-8")
         docs = {d: {"hash": h, "chunks": ids} for d, (h, ids) in self._docs.items()}
-        (tmp / "documents.json").write_text(json.dumps(docs), "utf-8")
+        (folder / "documents.json").write_text(json.dumps(docs), "utf-8")
         for stage in self._index:
             value = self._live.get(stage.name)
             if value is not None:
-                folder = tmp / "stages" / _folder(stage.name)
-                folder.mkdir(parents=True)
-                stage.codec.save(value, folder)
-        old = target.with_name(f".old-{uuid.uuid4().hex}-{target.name}")
-        if target.exists():
-            os.replace(target, old)
-        os.replace(tmp, target)
-        shutil.rmtree(old, ignore_errors=True)
+                stage_folder = folder / "stages" / _folder(stage.name)
+                stage_folder.mkdir(parents=True)
+                stage.codec.save(value, stage_folder)
 
     @classmethod
     def open(cls, path: Path | str) -> RAGPipeline:
-        """Reopen a collection written by ``save``."""
+        """Reopen a collection written by ``save`` (under its ``collection_lock``, so never
+        half-way through a save; without it where no lock file can be made, such as a
+        read-only folder, which no save can be writing either)."""
         root = Path(path)
+        if not root.parent.is_dir():
+            raise DataError(f"{root}: not a ragbench collection (no pipeline.json)")
+        with collection_lock(root, writing=False):
+            return cls._read(root)
+
+    @classmethod
+    def _read(cls, root: Path) -> RAGPipeline:
         if not (root / "pipeline.json").is_file():
             raise DataError(f"{root}: not a ragbench collection (no pipeline.json)")
         config = json.loads((root / "pipeline.json").read_text("utf-8"))

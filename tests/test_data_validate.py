@@ -58,12 +58,13 @@ def test_beir_every_problem_is_reported(tmp_path: Path) -> None:
         ("warning", "test.tsv", 3, "query 'q1' judges document 'gone', which is not in the corpus"),
         ("warning", "test.tsv", 4, "judgement of unknown query 'q9'"),
         ("error", "test.tsv", 5, "expected an integer score, found 'x'"),
+        ("error", "train.tsv", None, "split 'train': no judgement has a grade >= 1"),
         ("warning", "queries.jsonl", 2, "query 'q2' is judged in no qrels file"),
     ]
     for problem in expected:
         assert has(problems, *problem), (problem, problems)
     assert len(problems) == len(expected)
-    assert [p.line for p in report.errors] == [2, 5]
+    assert [p.line for p in report.errors] == [2, 5, None]
 
 
 def test_spans_every_problem_is_reported(tmp_path: Path) -> None:

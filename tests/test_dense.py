@@ -257,3 +257,16 @@ def test_registry_builds_both_kinds() -> None:
     assert isinstance(components("dense").build("exact"), ExactStore)
     with pytest.raises(ValueError, match="metric"):
         components("dense").parse({"kind": "exact", "metric": "l2"})
+
+
+def test_hnsw_builds_are_reproducible() -> None:
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(2000, 32)).astype(np.float32)
+    queries = rng.normal(size=(40, 32)).astype(np.float32)
+    ids = [f"c{i}" for i in range(len(vectors))]
+    found = set()
+    for _ in range(4):
+        store = HnswStore(HnswConfig(M=8, ef_construction=40, ef_search=20))
+        store.add(ids, vectors)
+        found.add(str(store.search(queries, 10).ids.tolist()))
+    assert len(found) == 1

@@ -104,7 +104,7 @@ def test_random_and_tpe_search() -> None:
             "sweep.chunker[1].overlap: must be < size (got 600 >= 512)",
         ),
         ({"retriever": [{"kind": "bm25", "k2": 1}]}, {}, "sweep.retriever[0].k2: unknown key"),
-        ({"retriver": [{"kind": "bm25"}]}, {}, "sweep: unknown stage 'retriver'; allowed: chunker"),
+        ({"retriver": [{"kind": "bm25"}]}, {}, "sweep.retriver: unknown axis; allowed: chunker"),
         (
             {"retriever": [{"kind": "vector"}]},
             {},

@@ -238,3 +238,28 @@ def test_cli_does_not_turn_library_bugs_into_user_errors(
     monkeypatch.setattr("ragbench.report.compare.compare_runs", broken)
     with pytest.raises(ValueError, match="a bug"):
         main(["compare", str(run_dir)])
+
+
+def test_metric_spellings_and_a_one_query_run(tmp_path: Path, capsys) -> None:
+    import yaml
+
+    from ragbench.cli import main
+
+    config = {
+        "name": "one",
+        "dataset": {"path": str(require(DEMO))},
+        "evaluation": {"metrics": ["ndcg@10", "recall@20"], "depth": 20},
+        "sweep": {"chunker": [{"kind": "none"}], "retriever": [{"kind": "bm25", "b": [0.4, 0.75]}]},
+    }
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    out = tmp_path / "one"
+    assert main(["run", str(path), "--out", str(out), "--limit-queries", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "report skipped:" in err and "needs at least 2 queries; this run has 1" in err
+    assert (out / "trials.parquet").is_file()  # the trials are kept
+    two = tmp_path / "two"
+    assert main(["run", str(path), "--out", str(two), "--limit-queries", "5"]) == 0
+    capsys.readouterr()
+    assert main(["report", str(two), "--metric", "NDCG@10", "--format", "md"]) == 0
+    assert main(["compare", str(two), "--metric", "NDCG@10"]) == 0

@@ -316,8 +316,8 @@ def test_llm_judge_over_real_http(judge_url: str, judge_server: JudgeServer) -> 
 def test_llm_accepts_base_url_with_v1_and_sends_the_key(
     judge_url: str, judge_server: JudgeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("RAGBENCH_TEST_JUDGE_KEY", "sk-test")
-    reranker = llm(judge_url + "/v1/", api_key_env="RAGBENCH_TEST_JUDGE_KEY", candidates=1)
+    monkeypatch.setenv("RAGBENCH_TEST_JUDGE_API_KEY", "sk-test")
+    reranker = llm(judge_url + "/v1/", credential="RAGBENCH_TEST_JUDGE_API_KEY", candidates=1)
     assert reranker.url == judge_url + "/v1/chat/completions"
     reranker.rerank(QUERIES[:1], Ranking(FIRST_STAGE.ids[:1], FIRST_STAGE.scores[:1]), TEXTS, 1)
     assert [auth for _, auth, _ in judge_server.requests] == ["Bearer sk-test"]

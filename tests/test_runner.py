@@ -116,6 +116,7 @@ def test_existing_run_needs_resume_or_overwrite(tmp_path: Path) -> None:
 
 
 def test_failed_trial_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    (tmp_path / "none").mkdir()  # a folder without a model: it fails to load in its trial
     config = _config(
         retriever=[{"kind": "bm25"}],
         reranker=[{"kind": "none"}, {"kind": "cross_encoder", "model": str(tmp_path / "none")}],

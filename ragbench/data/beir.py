@@ -22,7 +22,15 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple, cast, get_args
 
 from ragbench.data.labeled import LabeledSet, Qrels
-from ragbench.data.problems import Problem, ProblemLog, jsonl_records, text_lines
+from ragbench.data.problems import (
+    Problem,
+    ProblemLog,
+    check_corpus,
+    check_judged,
+    jsonl_records,
+    text_lines,
+)
+from ragbench.data.trec import unwritable
 from ragbench.errors import ConfigError, DataError
 from ragbench.types import Document, Query
 
@@ -52,6 +60,7 @@ def load_beir(path: StrPath, split: str = "test", title: Title = "prepend") -> L
         raise DataError(f"{qrels_file}: no such file (splits in {root / 'qrels'}: {splits})")
     data = _read(root, title, log)
     qrels = _judgements(_qrels_rows(qrels_file, log), qrels_file, data.queries, data.docs, log)
+    check_judged(log, qrels_file, qrels, split)
     log.log_summary(root)
     return LabeledSet(
         name=root.resolve().name,
@@ -72,7 +81,9 @@ def check_beir(path: StrPath) -> list[Problem]:
         log.error(root / "qrels", None, "expected qrels files <split>.tsv, found none")
     judged: set[str] = set()
     for file in split_files:
-        judged.update(_judgements(_qrels_rows(file, log), file, data.queries, data.docs, log))
+        qrels = _judgements(_qrels_rows(file, log), file, data.queries, data.docs, log)
+        check_judged(log, file, qrels, file.stem)
+        judged.update(qrels)
     if data.queries_file is not None:
         for qid, entry in data.queries.items():
             if qid not in judged:
@@ -112,6 +123,8 @@ def _read(root: Path, title: Title, log: ProblemLog) -> _Data:
         if file is None:
             log.error(root / name, None, "no such file (nor a .gz of it)")
     docs = _read_corpus(corpus_file, title, log) if corpus_file else {}
+    if corpus_file:
+        check_corpus(log, corpus_file, docs.values())
     queries = _read_queries(queries_file, log) if queries_file else {}
     return _Data(docs, queries, queries_file)
 
@@ -173,6 +186,10 @@ def _fields(
         value = str(value)
     if not isinstance(value, str) or not value:
         log.error(file, number, f"expected a non-empty string {id_key!r}, found {value!r}")
+        return None
+    why = unwritable(value)
+    if why is not None:
+        log.error(file, number, f"{id_key} {value!r}: {why}")
         return None
     text = record.get(text_key)
     title = (record.get(title_key) if title_key else None) or ""

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from ragbench.data.labeled import Evidence, LabeledSet, Qrels
-from ragbench.data.problems import Problem, ProblemLog
+from ragbench.data.problems import Problem, ProblemLog, check_corpus
 from ragbench.errors import DataError
 from ragbench.text.loaders import MarkdownLoader
 from ragbench.types import Document, Query
@@ -105,6 +105,7 @@ def _read_corpora(corpora: Path, log: ProblemLog) -> list[Document]:
         documents.extend(loader)
         for problem in loader.report.problems:
             log.warn(problem.path, None, f"not loaded: {problem.reason}")
+    check_corpus(log, corpora, documents)
     return documents
 
 

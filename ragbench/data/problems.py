@@ -5,7 +5,9 @@ read as its format says (bad JSON, a missing field, an excerpt not in its docume
 log (the loaders') raises ``DataError`` at the first one. A *warning* is a problem the data
 survives (a judged document missing from the corpus, a duplicate id): loaders keep going and
 log one summary, ``ragbench.data.validate`` lists them all. ``text_lines`` and
-``jsonl_records`` read line-based files and record what they cannot read.
+``jsonl_records`` read line-based files and record what they cannot read; ``check_corpus`` and
+``check_judged`` record what stops any run of a whole set (no documents, an id no run file can
+hold, a split without a relevant judgement), so that validating a set and running it agree.
 """
 
 from __future__ import annotations
@@ -14,14 +16,24 @@ import codecs
 import gzip
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ragbench.data.trec import unwritable
 from ragbench.errors import DataError
+from ragbench.types import Document
 
-__all__ = ["Problem", "ProblemLog", "Severity", "jsonl_records", "text_lines"]
+__all__ = [
+    "Problem",
+    "ProblemLog",
+    "Severity",
+    "check_corpus",
+    "check_judged",
+    "jsonl_records",
+    "text_lines",
+]
 
 logger = logging.getLogger("ragbench.data")
 
@@ -110,3 +122,30 @@ def jsonl_records(path: Path, log: ProblemLog) -> Iterator[tuple[int, dict[str, 
             yield number, record
         else:
             log.error(path, number, f"expected a JSON object, found {type(record).__name__}")
+
+
+def check_corpus(log: ProblemLog, where: object, documents: Iterable[Document]) -> None:
+    """Record an error for an empty corpus and for each document id no run file can hold
+    (``ragbench.data.trec.unwritable``): a run of the set would fail on either."""
+    count = 0
+    for doc in documents:
+        count += 1
+        why = unwritable(doc.id)
+        if why is not None:
+            log.error(where, None, f"document id {doc.id!r}: {why}")
+    if not count:
+        log.error(where, None, "no documents: the corpus is empty")
+
+
+def check_judged(
+    log: ProblemLog, where: object, qrels: Mapping[str, Mapping[str, int]], split: str
+) -> None:
+    """Record an error when no judgement of ``split`` has a grade >= 1: no query of it could
+    be evaluated."""
+    if not any(grade >= 1 for judged in qrels.values() for grade in judged.values()):
+        log.error(
+            where,
+            None,
+            f"split {split!r}: no judgement has a grade >= 1 (all are 0), "
+            "so no query can be evaluated",
+        )

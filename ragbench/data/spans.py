@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from ragbench.data.labeled import Evidence, LabeledSet
-from ragbench.data.problems import Problem, ProblemLog, jsonl_records
+from ragbench.data.problems import Problem, ProblemLog, check_corpus, check_judged, jsonl_records
+from ragbench.data.trec import unwritable
 from ragbench.errors import DataError
 from ragbench.text.loaders import DirectoryLoader
 from ragbench.types import Document, Query
@@ -64,12 +65,14 @@ def load_spans(path: StrPath, split: str = "test") -> LabeledSet:
             f"{root / 'queries.jsonl'}: no judged queries of split {split!r} "
             f"(splits found: {splits})"
         )
+    qrels = {q.query.id: q.qrels for q in chosen}
+    check_judged(log, root / "queries.jsonl", qrels, split)
     log.log_summary(root)
     return LabeledSet(
         name=root.resolve().name,
         documents=documents,
         queries=[q.query for q in chosen],
-        qrels={q.query.id: q.qrels for q in chosen},
+        qrels=qrels,
         evidence={q.query.id: q.evidence for q in chosen if q.evidence},
         split=split,
     )
@@ -78,7 +81,10 @@ def load_spans(path: StrPath, split: str = "test") -> LabeledSet:
 def check_spans(path: StrPath) -> list[Problem]:
     """Every problem of the span-labeled set at ``path`` (all splits)."""
     log = ProblemLog(strict=False)
-    _read(Path(path), log)
+    _, labeled = _read(Path(path), log)
+    for split in sorted({q.split for q in labeled}):
+        qrels = {q.query.id: q.qrels for q in labeled if q.split == split}
+        check_judged(log, Path(path) / "queries.jsonl", qrels, split)
     return log.problems
 
 
@@ -131,6 +137,7 @@ def _read_corpus(corpus: Path, log: ProblemLog) -> list[Document]:
     documents = list(loader)
     for problem in loader.report.problems:
         log.warn(problem.path, None, f"not loaded: {problem.reason}")
+    check_corpus(log, corpus, documents)
     return documents
 
 
@@ -156,6 +163,10 @@ def _query(record: dict[str, Any], at: _Where, docs: dict[str, Document]) -> _La
         qid = str(qid)
     if not isinstance(qid, str) or not qid:
         at.error(f"expected a non-empty string 'id', found {qid!r}")
+        return None
+    why = unwritable(qid)
+    if why is not None:
+        at.error(f"id {qid!r}: {why}")
         return None
     fields = _checked(record, at, f"query {qid!r}", _QUERY_KEYS, _QUERY_TYPES)
     if fields is None:

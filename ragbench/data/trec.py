@@ -7,6 +7,13 @@ file, the line and what was expected; a (query, document) pair given twice is an
 ``write_run`` orders each query as trec_eval does (score descending, then document id
 descending), numbers ranks from 1 and writes scores with ``repr`` so that reading the file back
 gives the very same floats.
+
+Ids may hold whitespace (loaders make ids of file paths such as ``ops/retention policy.md``):
+writers percent-encode whitespace, ``%`` and ``#`` (a comment in qrels) in every field (``%20``,
+``%25``, ``%23``, UTF-8 bytes for other whitespace) and readers decode exactly those escapes in
+TREC qrels and runs alike (BEIR's TSV is read as it is), so ids round-trip and files from
+elsewhere keep any other ``%``. Only an empty id or one that is not valid UTF-8 (``unwritable``)
+cannot be written.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ __all__ = [
     "read_run",
     "run_from_frame",
     "run_to_frame",
+    "unwritable",
     "write_qrels",
     "write_ranking",
     "write_run",
@@ -44,7 +52,9 @@ _BEIR_HEADER = ["query-id", "corpus-id", "score"]
 _TREC_QRELS = "4 whitespace-separated columns 'qid iter docid grade'"
 _BEIR_QRELS = "3 tab-separated columns 'query-id corpus-id score'"
 _TREC_RUN = "6 whitespace-separated columns 'qid Q0 docid rank score tag'"
-_WHITESPACE = re.compile(r"\s")
+_ESCAPED = re.compile(r"[\s%#]")
+# one percent-encoded UTF-8 character: a lead byte and up to three continuation bytes
+_ESCAPE = re.compile(r"%[0-9A-F]{2}(?:%[89AB][0-9A-F]){0,3}")
 V = TypeVar("V")
 
 
@@ -103,7 +113,9 @@ def _qrels_fields(line: str, beir: bool, where: str) -> tuple[str, str, str]:
     if len(fields) != (3 if beir else 4):
         expected = _BEIR_QRELS if beir else _TREC_QRELS
         raise DataError(f"{where}: expected {expected}, found {len(fields)} columns")
-    return (fields[0], fields[1], fields[2]) if beir else (fields[0], fields[2], fields[3])
+    if beir:  # tab-separated: ids are written as they are
+        return fields[0], fields[1], fields[2]
+    return _decode(fields[0]), _decode(fields[2]), fields[3]
 
 
 def write_qrels(path: PathLike, qrels: Qrels) -> None:
@@ -130,7 +142,7 @@ def read_run(path: PathLike) -> Run:
             value = math.nan
         if math.isnan(value):
             raise DataError(f"{where}: expected a numeric score, found {score!r}")
-        _add(run, seen, (qid, docid), value, where, number)
+        _add(run, seen, (_decode(qid), _decode(docid)), value, where, number)
     return run
 
 
@@ -167,13 +179,45 @@ def write_ranking(
     write_run(path, ranking_to_run(ranking, query_ids), tag)
 
 
+def unwritable(value: str) -> str | None:
+    """Why ``value`` cannot be an id in a TREC file or a run table, or None when it can (any
+    non-empty valid UTF-8 text can: see the module docstring)."""
+    if not value:
+        return "an empty id cannot be written to a TREC file"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "not valid UTF-8 (a file name in another encoding?), so no run file can hold it"
+    return None
+
+
+def _escape(match: re.Match[str]) -> str:
+    return "".join(f"%{byte:02X}" for byte in match.group().encode("utf-8"))
+
+
+def _unescape(match: re.Match[str]) -> str:
+    """The character an escape of ``_token`` stands for; any other ``%`` text unchanged."""
+    text = match.group()
+    try:
+        char = bytes.fromhex(text.replace("%", "")).decode("utf-8")
+    except UnicodeDecodeError:
+        return text
+    return char if _ESCAPED.sub(_escape, char) == text else text
+
+
 def _token(value: str) -> str:
-    """``value`` as one field of a whitespace-separated line (it must not be empty or hold
-    whitespace, or the file could not be read back)."""
+    """``value`` as one field of a whitespace-separated line (whitespace, ``%`` and ``#``
+    percent-encoded); ``ValueError`` for what cannot be written (see ``unwritable``)."""
     text = str(value)
-    if not text or _WHITESPACE.search(text):
-        raise ValueError(f"{text!r} cannot be written as a TREC field (empty or has whitespace)")
-    return text
+    why = unwritable(text)
+    if why is not None:
+        raise ValueError(f"{text!r}: {why}")
+    return _ESCAPED.sub(_escape, text)
+
+
+def _decode(field: str) -> str:
+    """The id a field written by ``_token`` holds."""
+    return _ESCAPE.sub(_unescape, field) if "%" in field else field
 
 
 # ---------------------------------------------------------------- DataFrames

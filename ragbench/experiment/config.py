@@ -15,10 +15,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import random
 import re
 import types
 import typing
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,7 +138,7 @@ class ExperimentConfig(_Strict):
         names = [a.name for a in axes()]
         unknown = sorted(set(value) - set(names))
         if unknown:
-            raise ValueError(f"unknown stage {unknown[0]!r}; allowed: {', '.join(names)}")
+            raise ValueError(f"@{unknown[0]}: unknown axis; allowed: {', '.join(names)}")
         return {k: v if isinstance(v, list) else [v] for k, v in value.items()}
 
     @property
@@ -156,6 +158,17 @@ class ExperimentConfig(_Strict):
 _STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 
+def _yaml_error(exc: yaml.YAMLError | RecursionError) -> tuple[str, str]:
+    """Where a YAML text failed (`` line N`` or "") and why, on one line."""
+    if isinstance(exc, RecursionError):
+        return "", "nested too deeply"
+    mark = getattr(exc, "problem_mark", None)
+    line = f" line {mark.line + 1}" if mark is not None else ""
+    parts = [getattr(exc, "context", None), getattr(exc, "problem", None)]
+    reason = ": ".join(str(p) for p in parts if p) or str(exc)
+    return line, " ".join(reason.split())
+
+
 def apply_override(data: dict[str, Any], assignment: str) -> None:
     """Set one ``key.path[i].option=value`` (value parsed as YAML) in a raw config mapping."""
     path, sep, raw = assignment.partition("=")
@@ -164,7 +177,11 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
         raise ConfigError(
             f"--set {assignment!r}: expected KEY.PATH=VALUE, e.g. evaluation.depth=50"
         )
-    value = yaml.safe_load(raw) if raw.strip() else ""
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except (yaml.YAMLError, RecursionError) as exc:
+        shown = assignment if len(assignment) <= 60 else assignment[:57] + "..."
+        raise ConfigError(f"--set {shown!r}: invalid YAML value ({_yaml_error(exc)[1]})") from None
     node: Any = data
     for n, (key, index) in enumerate(steps):
         last = n == len(steps) - 1
@@ -198,14 +215,18 @@ def load_config(
         where = f"{path}: "
         try:
             text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            byte = f"0x{exc.object[exc.start]:02x}"
+            raise ConfigError(
+                f"{path}: not UTF-8 text (invalid byte {byte} at offset {exc.start})"
+            ) from None
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
         try:
             data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            line = f" line {mark.line + 1}" if mark is not None else ""
-            raise ConfigError(f"{path}:{line} invalid YAML ({exc})") from None
+        except (yaml.YAMLError, RecursionError) as exc:
+            line, reason = _yaml_error(exc)
+            raise ConfigError(f"{path}:{line} invalid YAML ({reason})") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping at the top level")
         base = path.resolve().parent
@@ -225,6 +246,18 @@ def load_config(
 
 
 # ---------------------------------------------------------------- expansion
+
+MAX_TRIALS = 100_000  # a grid past this is a typo, not an experiment: it fails before expanding
+
+
+def _cap(size: int, path: str, what: str) -> None:
+    """``ConfigError`` when ``size`` (counted before anything that big is built) passes the
+    cap on trials."""
+    if size > MAX_TRIALS:
+        raise ConfigError(
+            f"{path}: expands to {size:,} {what}, more than the cap of {MAX_TRIALS:,} trials; "
+            "sweep fewer values"
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -372,6 +405,7 @@ def _expand_fields(spec: dict[str, Any], model: type[BaseModel], path: str) -> l
             axes.append([value])
             continue
         axes.append(_field_values(value, info, f"{path}.{key}"))
+    _cap(math.prod(len(values) for values in axes), path, "combinations")
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*axes)]
 
 
@@ -394,12 +428,31 @@ def _field_values(value: Any, info: Any, path: str) -> list[Any]:
 
 
 def _parsed(family: str, specs: list[dict[str, Any]], prefix: str) -> list[ComponentConfig]:
-    out: list[ComponentConfig] = []
-    for i, spec in enumerate(specs):
-        path = f"{prefix}[{i}]"
-        for variant in _variants(spec, family, path):
-            out.append(components(family).parse(variant, path))
-    return out
+    variants = [
+        (f"{prefix}[{i}]", variant)
+        for i, spec in enumerate(specs)
+        for variant in _variants(spec, family, f"{prefix}[{i}]")
+    ]
+    _cap(len(variants), prefix, "choices")
+    return [components(family).parse(variant, path) for path, variant in variants]
+
+
+def _grid_size(choices: Mapping[str, Sequence[ComponentConfig]]) -> int:
+    """How many trials the product of the axes' ``choices`` makes, each without the on-demand
+    axes none of its components uses (as ``make_trial`` drops them), before duplicates merge:
+    counted per set of used on-demand axes, never by building the product."""
+    on_demand = {a.name for a in axes() if a.on_demand and a.name in choices}
+    counts: Counter[frozenset[str]] = Counter({frozenset(): 1})
+    for name, configs in choices.items():
+        if name in on_demand:
+            continue
+        uses = Counter(c.axes_used() & on_demand for c in configs)
+        merged: Counter[frozenset[str]] = Counter()
+        for used, n in counts.items():
+            for more, m in uses.items():
+                merged[used | more] += n * m
+        counts = merged
+    return sum(n * math.prod(len(choices[a]) for a in used) for used, n in counts.items())
 
 
 def grid(config: ExperimentConfig) -> list[Trial]:
@@ -411,6 +464,7 @@ def grid(config: ExperimentConfig) -> list[Trial]:
         if not choices[axis.name]:
             kinds = ", ".join(components(axis.name).kinds())
             raise ConfigError(f"sweep.{axis.name}: at least one is needed ({kinds})")
+    _cap(_grid_size(choices), "sweep", "trials")
     trials: dict[str, Trial] = {}
     for combo in itertools.product(*choices.values()):
         trial = make_trial(dict(zip(choices, combo, strict=True)))

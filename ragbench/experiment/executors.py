@@ -4,14 +4,24 @@ Each yields ``TrialResult``s as trials finish; the caller (the parent process) c
 Trials arrive in prefix-sharing order (grouped by chunker and embedder), and the stage cache
 is on disk with a lock per artifact, so whichever worker reaches a shared artifact first
 builds it and the others reuse it. With Dask the cache root must be a path every worker sees.
+
+Process-pool workers end with their parent: a killed sweep leaves no worker running.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
+import os
+import signal
+import socket
+import sys
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any
 
 from ragbench.errors import ConfigError
 from ragbench.experiment.config import Trial
@@ -39,9 +49,41 @@ def _serial(spec: RunSpec, trials: Sequence[Trial]) -> Iterator[TrialResult]:
         yield run_trial(spec, trial)
 
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_PARENT_POLL_SECONDS = 1.0
+_CONNECT_SECONDS = 5  # to a Dask scheduler
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Worker initializer: end this worker when ``parent`` (the sweep) dies.
+
+    On Linux the kernel sends SIGTERM when the parent exits (``PR_SET_PDEATHSIG``); everywhere,
+    a daemon thread also polls the parent's pid, for systems without it.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError) as exc:  # no prctl: the thread below still watches
+            log.debug("prctl(PR_SET_PDEATHSIG) unavailable: %s", exc)
+    if os.getppid() != parent:  # the parent died before the kernel was told
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent,), name="watch-parent", daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(_PARENT_POLL_SECONDS)
+    os._exit(1)
+
+
 def _process(spec: RunSpec, trials: Sequence[Trial], workers: int) -> Iterator[TrialResult]:
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=context,
+        initializer=_exit_with_parent,
+        initargs=(os.getpid(),),
+    ) as pool:
         futures = {pool.submit(run_trial, spec, t): t for t in trials}
         for future in as_completed(futures):
             try:
@@ -53,19 +95,45 @@ def _process(spec: RunSpec, trials: Sequence[Trial], workers: int) -> Iterator[T
 def _dask(
     spec: RunSpec, trials: Sequence[Trial], workers: int, scheduler: str | None
 ) -> Iterator[TrialResult]:
+    """Connect to the scheduler (or start a local cluster) now, so that an unreachable one is a
+    ``ConfigError`` before anything runs; the trials run as the result is iterated."""
     try:
         from distributed import Client, LocalCluster
-        from distributed import as_completed as dask_completed
     except ImportError as exc:
         raise ConfigError(
             "executor dask needs the 'dask' extra: pip install ragbench[dask]"
         ) from exc
-    cluster = None
     if scheduler is None:
         cluster = LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
         )
-    client = Client(scheduler or cluster)
+        return _dask_results(Client(cluster), cluster, spec, trials)
+    try:
+        _knock(scheduler)
+        client = Client(scheduler, timeout=_CONNECT_SECONDS)
+    except (OSError, TimeoutError, ValueError) as exc:
+        reason = str(exc) or type(exc).__name__
+        raise ConfigError(
+            f"--scheduler {scheduler}: cannot reach the Dask scheduler ({reason})"
+        ) from None
+    return _dask_results(client, None, spec, trials)
+
+
+def _knock(address: str) -> None:
+    """Raise ``OSError`` at once when nothing accepts a TCP connection at a tcp/tls scheduler
+    address (Dask itself would retry until its timeout)."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    scheme, location = parse_address(address)
+    if scheme in {"tcp", "tls"}:
+        socket.create_connection(parse_host_port(location), _CONNECT_SECONDS).close()
+
+
+def _dask_results(
+    client: Any, cluster: Any, spec: RunSpec, trials: Sequence[Trial]
+) -> Iterator[TrialResult]:
+    from distributed import as_completed as dask_completed
+
     try:
         futures = [client.submit(run_trial, spec, t, pure=False) for t in trials]
         trial_of = {f.key: t for f, t in zip(futures, trials, strict=True)}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 import platform
 import subprocess
 import sys
@@ -28,8 +29,9 @@ from typing import Any, Literal
 import pandas as pd
 from tqdm.auto import tqdm
 
+from ragbench.endpoints import describe_endpoints
 from ragbench.errors import ConfigError
-from ragbench.evaluate.metrics import best_first
+from ragbench.evaluate.metrics import best_first, parse_metrics
 from ragbench.experiment.config import ExperimentConfig, expand, load_config
 from ragbench.experiment.executors import execute
 from ragbench.experiment.selection import select
@@ -37,8 +39,11 @@ from ragbench.experiment.store import RunStore, TrialResult
 from ragbench.experiment.tpe import tpe_trials
 from ragbench.experiment.trial import EXCERPT, Context, RunSpec, context
 from ragbench.index.cache import default_cache_root
+from ragbench.models import check_models
 
 __all__ = ["RunResult", "dry_run", "run"]
+
+log = logging.getLogger(__name__)
 
 Executor = Literal["serial", "process", "dask"]
 
@@ -85,7 +90,10 @@ class RunResult:
         columns = ["label", *self.metrics, "latency.total.p50_ms", "latency.total.p95_ms"]
         columns += ["index_build_s", "status"]
         present = [c for c in columns if c in trials.columns]
-        return best_first(trials.set_index("trial_id")[present], self.metrics[0])
+        table = trials.set_index("trial_id")[present]
+        if self.metrics[0] not in table.columns:  # no trial finished
+            return table
+        return best_first(table, self.metrics[0])
 
     def _repr_html_(self) -> str:
         title = (
@@ -156,6 +164,18 @@ def _compatible(old: Mapping[str, Any], new: Mapping[str, Any], path: Path) -> N
             )
 
 
+def _check_limit(limit_queries: int | None) -> None:
+    if limit_queries is not None and limit_queries < 1:
+        raise ConfigError(
+            f"--limit-queries: expected a positive number of queries, got {limit_queries}"
+        )
+
+
+def _curve_families(config: ExperimentConfig) -> set[str]:
+    """The metric families a finished trial has curves of (those with a cutoff)."""
+    return {m.family for m in parse_metrics(config.evaluation.metrics) if m.k is not None}
+
+
 def run(
     config: str | Path | Mapping[str, Any] | ExperimentConfig,
     out: str | Path | None = None,
@@ -173,66 +193,85 @@ def run(
     """Run a sweep into a run directory (default ``runs/<name>``) and return its result.
 
     An existing run directory needs ``resume`` (keep finished trials, run the rest) or
-    ``overwrite`` (start again); the stage cache makes either cheap.
+    ``overwrite`` (start again); the stage cache makes either cheap. A resume first checks the
+    finished trials against the run directory and runs again those that lost a file. One run
+    at a time writes a run directory: another one fails at once.
     """
+    if resume and overwrite:
+        raise ConfigError(
+            "--resume and --overwrite exclude each other: --resume continues the run, "
+            "--overwrite starts it again"
+        )
+    _check_limit(limit_queries)
     cfg = config if isinstance(config, ExperimentConfig) else load_config(config)
     store = RunStore(Path(out) if out is not None else Path("runs") / cfg.name)
-    spec = RunSpec(cfg, limit_queries, str(cache_root or default_cache_root()))
-    ctx = context(spec)
-    trials = expand(cfg)
-    manifest: dict[str, Any] = {
-        "config": cfg.model_dump(mode="json", exclude={"base_dir"}),
-        "dataset": {
-            "path": cfg.dataset_path(),
-            "name": ctx.labeled.name,
-            "split": ctx.labeled.split,
-            "documents": len(ctx.labeled.documents),
-        },
-        "dataset_fingerprint": ctx.labeled.fingerprint,
-        "queries": {"count": len(ctx.query_ids), "limit": limit_queries, "key": ctx.queries_key},
-        "evaluation": cfg.evaluation.model_dump(mode="json"),
-        "trials": {t.id: t.label for t in trials},
-        "cache_root": spec.cache_root,
-        "versions": _versions(),
-        "git_commit": _git_commit(),
-        "started": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
-    if store.exists() and not overwrite:
-        if not resume:
-            raise ConfigError(
-                f"{store.path} already holds a run: pass --resume to continue it or "
-                "--overwrite to start again"
+    with store.hold():
+        spec = RunSpec(cfg, limit_queries, str(cache_root or default_cache_root()))
+        ctx = context(spec)
+        trials = expand(cfg)
+        check_models((t.configs for t in trials), cfg.sweep)
+        manifest: dict[str, Any] = {
+            "config": cfg.model_dump(mode="json", exclude={"base_dir"}),
+            "dataset": {
+                "path": cfg.dataset_path(),
+                "name": ctx.labeled.name,
+                "split": ctx.labeled.split,
+                "documents": len(ctx.labeled.documents),
+            },
+            "dataset_fingerprint": ctx.labeled.fingerprint,
+            "queries": {
+                "count": len(ctx.query_ids),
+                "limit": limit_queries,
+                "key": ctx.queries_key,
+            },
+            "evaluation": cfg.evaluation.model_dump(mode="json"),
+            "trials": {t.id: t.label for t in trials},
+            "cache_root": spec.cache_root,
+            "versions": _versions(),
+            "git_commit": _git_commit(),
+            "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        if store.exists() and not overwrite:
+            if not resume:
+                raise ConfigError(
+                    f"{store.path} already holds a run: pass --resume to continue it or "
+                    "--overwrite to start again"
+                )
+            _compatible(store.manifest(), manifest, store.path)
+        elif store.exists():
+            for name in ("trials.parquet", "per_query.parquet", "curves.parquet", "selection.json"):
+                (store.path / name).unlink(missing_ok=True)
+        store.write_manifest(manifest)
+        store.write_queries(_queries_frame(ctx))
+        if resume:
+            for why in store.repair(ctx.query_ids, cfg.evaluation.metrics, _curve_families(cfg)):
+                log.warning("resume: %s", why)
+        done = store.finished_ids() if resume else set()
+        if cfg.search.strategy == "tpe":
+            total = min(cfg.search.n or len(trials), len(trials))
+            results = tpe_trials(cfg, trials, store, lambda ts: execute(spec, ts, "serial"))
+        else:
+            total = len(trials)
+            results = execute(
+                spec, [t for t in trials if t.id not in done], executor, workers, scheduler
             )
-        _compatible(store.manifest(), manifest, store.path)
-    elif store.exists():
-        for name in ("trials.parquet", "per_query.parquet", "curves.parquet", "selection.json"):
-            (store.path / name).unlink(missing_ok=True)
-    store.write_manifest(manifest)
-    store.write_queries(_queries_frame(ctx))
-    done = store.finished_ids() if resume else set()
-    if cfg.search.strategy == "tpe":
-        total = min(cfg.search.n or len(trials), len(trials))
-        results = tpe_trials(cfg, trials, store, lambda ts: execute(spec, ts, "serial"))
-    else:
-        total = len(trials)
-        results = execute(
-            spec, [t for t in trials if t.id not in done], executor, workers, scheduler
+        started = time.perf_counter()
+        bar = tqdm(
+            total=total, initial=len(done), desc="trials", unit="trial", disable=not progress
         )
-    started = time.perf_counter()
-    bar = tqdm(total=total, initial=len(done), desc="trials", unit="trial", disable=not progress)
-    for result in results:
-        store.commit(result, ctx.query_ids)
-        bar.update(1)
-        bar.set_postfix_str(result.label[:60])
-        if on_trial is not None:
-            on_trial(result)
-    bar.close()
-    if cfg.evaluation.selects:
-        manifest["selection"] = select(spec, trials, store)
-    manifest["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
-    manifest["seconds"] = time.perf_counter() - started
-    store.write_manifest(manifest)
-    return RunResult(store.path)
+        for result in results:
+            store.commit(result, ctx.query_ids)
+            bar.update(1)
+            bar.set_postfix_str(result.label[:60])
+            if on_trial is not None:
+                on_trial(result)
+        bar.close()
+        if cfg.evaluation.selects:
+            manifest["selection"] = select(spec, trials, store)
+        manifest["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
+        manifest["seconds"] = time.perf_counter() - started
+        store.write_manifest(manifest)
+        return RunResult(store.path)
 
 
 def dry_run(
@@ -240,8 +279,11 @@ def dry_run(
     limit_queries: int | None = None,
     cache_root: str | Path | None = None,
 ) -> pd.DataFrame:
-    """The trials a config would run and, per stage, whether its artifact is already cached."""
+    """The trials a config would run, per stage whether its artifact is already cached, and
+    the endpoints (with the credential each is sent) the trial calls."""
+    _check_limit(limit_queries)
     cfg = config if isinstance(config, ExperimentConfig) else load_config(config)
+    check_models((t.configs for t in expand(cfg)), cfg.sweep)
     ctx = context(RunSpec(cfg, limit_queries, str(cache_root or default_cache_root())))
     rows = []
     for trial in expand(cfg):
@@ -254,6 +296,7 @@ def dry_run(
                 "stages": len(cached),
                 "cached": sum(cached.values()),
                 "missing": ", ".join(s for s, hit in cached.items() if not hit) or "-",
+                "endpoints": describe_endpoints(trial.configs),
             }
         )
     return pd.DataFrame(rows)

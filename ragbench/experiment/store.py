@@ -13,28 +13,37 @@
 A trial is committed by atomic writes — run files, then ``per_query.parquet`` and
 ``curves.parquet``, then ``trials.parquet`` — and counts as finished only once its row is in
 ``trials.parquet``; rows of the other tables whose trial never got that far are dropped on the
-next commit.
+next commit. A failed write (a full disk) removes its temporary file and raises a one-line
+error naming the folder, so the tables keep their last good version. One process at a time
+writes a run directory (``hold``), and ``repair`` checks finished trials against this contract
+before a resume, dropping those that lost a file so that they run again.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
+from filelock import FileLock, Timeout
 
 from ragbench.data.trec import write_ranking
-from ragbench.errors import DataError
+from ragbench.errors import ConfigError, DataError, RagbenchError
 from ragbench.retrieve.timed import percentiles_ms
 from ragbench.types import Ranking
 
-__all__ = ["RunStore", "TrialResult"]
+__all__ = ["RunStore", "TrialResult", "write_failure"]
+
+_TABLES = ("trials.parquet", "per_query.parquet", "curves.parquet")
 
 
 @dataclass
@@ -98,16 +107,41 @@ def _uniform(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _atomic_parquet(frame: pd.DataFrame, path: Path) -> None:
+def write_failure(folder: Path, what: str, exc: OSError) -> RagbenchError:
+    """The one-line error for a write into ``folder`` that failed (a full disk says so)."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return RagbenchError(f"{folder}: no space left on device ({what})")
+    return RagbenchError(f"{folder}: cannot write ({what}): {exc.strerror or exc}")
+
+
+def _atomic(path: Path, write: Callable[[Path], object]) -> None:
+    """Write ``path`` by ``write``-ing a temporary file renamed over it, so a reader never sees
+    a partial file; when that fails the temporary file goes and the old ``path`` stays."""
     tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
-    _uniform(frame).to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        what = f"writing {path.name}; finished trials are kept: free space, then --resume"
+        raise write_failure(path.parent, what, exc) from None
+
+
+def _atomic_parquet(frame: pd.DataFrame, path: Path) -> None:
+    _atomic(path, lambda tmp: _uniform(frame).to_parquet(tmp, index=False))
 
 
 def _atomic_text(text: str, path: Path) -> None:
-    tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    _atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    """A table of the run directory; ``DataError`` naming it when it cannot be read."""
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(f"{path}: not a readable parquet table ({reason})") from None
 
 
 class RunStore:
@@ -126,10 +160,39 @@ class RunStore:
         return self.manifest_path.is_file()
 
     def manifest(self) -> dict[str, Any]:
-        """The manifest (error naming the folder when it is not a run directory)."""
+        """The manifest (error naming the folder when it is not a run directory, or the file
+        when it cannot be read)."""
         if not self.exists():
             raise DataError(f"{self.path}: not a ragbench run directory (no manifest.json)")
-        return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        try:
+            manifest = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise DataError(f"{self.manifest_path}: not a readable manifest ({exc})") from None
+        if not isinstance(manifest, dict):
+            raise DataError(f"{self.manifest_path}: not a readable manifest (not a JSON object)")
+        return manifest
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        """Hold the run directory for this process while it writes (an inter-process lock,
+        released on exit or when the process dies); ``ConfigError`` at once when another
+        process holds it."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise write_failure(self.path, "creating the run directory", exc) from None
+        lock = FileLock(self.path / ".lock")
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            raise ConfigError(
+                f"{self.path}: another ragbench run holds this run directory; wait for it to "
+                "finish or pass another --out"
+            ) from None
+        try:
+            yield
+        finally:
+            lock.release()
 
     def write_manifest(self, manifest: Mapping[str, Any]) -> None:
         """Write ``manifest.json`` atomically."""
@@ -151,13 +214,16 @@ class RunStore:
         path = self.path / "selection.json"
         if not path.is_file():
             return None
-        summary = json.loads(path.read_text(encoding="utf-8"))
-        return summary, pd.read_parquet(self.path / "selection_per_query.parquet")
+        try:
+            summary = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise DataError(f"{path}: not a readable selection ({exc})") from None
+        return summary, _read_parquet(self.path / "selection_per_query.parquet")
 
     def trials(self) -> pd.DataFrame:
         """Finished trials (empty frame when none)."""
         path = self.path / "trials.parquet"
-        return pd.read_parquet(path) if path.is_file() else pd.DataFrame()
+        return _read_parquet(path) if path.is_file() else pd.DataFrame()
 
     def per_query(self) -> pd.DataFrame:
         """Per-query values of finished trials."""
@@ -169,7 +235,8 @@ class RunStore:
 
     def _table(self, name: str, columns: list[str]) -> pd.DataFrame:
         path = self.path / f"{name}.parquet"
-        return pd.read_parquet(path) if path.is_file() else pd.DataFrame(columns=columns)
+        frame = _read_parquet(path) if path.is_file() else pd.DataFrame()
+        return frame if frame.columns.size else pd.DataFrame(columns=columns)
 
     def _append(self, name: str, keep: set[str], frames: list[pd.DataFrame]) -> None:
         """Rewrite ``<name>.parquet`` with the rows of ``keep`` trials plus ``frames``."""
@@ -190,9 +257,11 @@ class RunStore:
         runs = self.path / "runs"
         runs.mkdir(parents=True, exist_ok=True)
         if result.ranking is not None:
-            tmp = runs / f".tmp-{uuid.uuid4().hex}.trec"
-            write_ranking(tmp, result.ranking, list(query_ids), tag=result.trial_id)
-            os.replace(tmp, runs / f"{result.trial_id}.trec")
+            ranking = result.ranking
+            _atomic(
+                runs / f"{result.trial_id}.trec",
+                lambda tmp: write_ranking(tmp, ranking, list(query_ids), tag=result.trial_id),
+            )
         if result.top is not None:
             _atomic_parquet(result.top, runs / f"{result.trial_id}.top.parquet")
         trials = self.trials()
@@ -225,3 +294,59 @@ class RunStore:
             trials = trials[trials["trial_id"] != result.trial_id]
         row = pd.DataFrame([result.row(query_ids)])
         _atomic_parquet(pd.concat([trials, row], ignore_index=True), self.path / "trials.parquet")
+
+    def repair(
+        self, query_ids: Sequence[str], metrics: Sequence[str], curves: Collection[str]
+    ) -> list[str]:
+        """Check every finished trial against the contract — its per-query value of each of
+        ``metrics`` for each of ``query_ids``, a curve of each family in ``curves``,
+        ``runs/<id>.trec`` and a readable ``runs/<id>.top.parquet`` — and drop the rows of
+        those that lack any, so that a resume runs them again; returns what was dropped and
+        why. An unreadable table is removed: every trial then runs again."""
+        try:
+            trials, per_query, curve_rows = self.trials(), self.per_query(), self.curves()
+        except DataError as exc:
+            for name in _TABLES:
+                (self.path / name).unlink(missing_ok=True)
+            return [f"{exc}; every trial runs again"]
+        ok = trials[trials["status"] == "ok"] if not trials.empty else trials
+        if ok.empty:
+            return []
+        values = per_query.groupby("trial_id")
+        families = curve_rows.groupby("trial_id")["metric"].agg(set)
+        expected = {(m, q) for m in metrics for q in query_ids}
+        dropped = []
+        for trial in ok.itertuples(index=False):
+            have = set()
+            if trial.trial_id in values.groups:
+                rows = values.get_group(trial.trial_id)
+                have = set(zip(rows["metric"], rows["query_id"], strict=True))
+            lacks = []
+            missing = sorted(expected - have)
+            if missing:
+                metric, query = missing[0]
+                lacks.append(f"{len(missing)} per-query value(s), e.g. {metric} of {query!r}")
+            curved = families.get(trial.trial_id, set())
+            lacks += [f"the {family} curve" for family in sorted(set(curves) - curved)]
+            lacks += self._lost_run_files(str(trial.trial_id))
+            if lacks:
+                why = f"trial {trial.trial_id} ({trial.label}) lacks {', '.join(lacks)}"
+                dropped.append((trial.trial_id, f"{why}: it runs again"))
+        if dropped:
+            gone = {trial_id for trial_id, _ in dropped}
+            _atomic_parquet(trials[~trials["trial_id"].isin(gone)], self.path / "trials.parquet")
+            keep = set(trials["trial_id"]) - gone
+            self._append("per_query", keep, [])
+            self._append("curves", keep, [])
+        return [why for _, why in dropped]
+
+    def _lost_run_files(self, trial_id: str) -> list[str]:
+        """The run files of a finished trial that are missing or unreadable."""
+        lost = []
+        if not (self.path / "runs" / f"{trial_id}.trec").is_file():
+            lost.append(f"runs/{trial_id}.trec")
+        try:
+            pq.read_metadata(self.path / "runs" / f"{trial_id}.top.parquet")
+        except (OSError, ValueError):
+            lost.append(f"a readable runs/{trial_id}.top.parquet")
+        return lost

@@ -71,7 +71,7 @@ def _files_signature(path_or_name: str) -> str:
         for name in sorted(files):
             stat = os.stat(os.path.join(folder, name))
             entries.append(f"{folder}/{name}:{stat.st_size}:{stat.st_mtime_ns}")
-    return hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()
+    return hashlib.sha256("\n".join(sorted(entries)).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 class Context:
@@ -167,8 +167,9 @@ def run_trial(spec: RunSpec, trial: Trial) -> TrialResult:
         result.cache_hits = ctx.cache.hits - hits
         result.cache_misses = ctx.cache.misses - misses
     except Exception as exc:  # a failing trial is recorded, the sweep goes on
-        log.error("trial %s failed:\n%s", trial.label, traceback.format_exc())
         result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
+        log.error("trial %s failed: %s", trial.label, result.error)
+        log.debug("trial %s failed:\n%s", trial.label, traceback.format_exc())
     result.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     result.seconds = time.perf_counter() - started
     return result

@@ -4,13 +4,20 @@ Two stores live under one root (``RAGBENCH_CACHE``, default ``~/.cache/ragbench`
 
 * ``ArtifactCache`` keeps one directory per (stage, key) — chunks, indexes, rankings. A directory
   is built under a temporary name and renamed into place, so a reader never sees a partial
-  artifact, and a per-key file lock makes concurrent runs build each artifact once.
-  ``StageCache`` puts an in-process memo and hit counters in front of it, and records each
-  artifact's build time beside it.
+  artifact, and a per-key file lock makes concurrent runs build each artifact once. Its
+  ``meta.json`` records the size and SHA-256 of every file (and checksums itself); an entry is
+  verified before a codec reads it, so damaged bytes never reach a native parser (hnswlib,
+  numpy, pyarrow): a bad entry is logged, removed and rebuilt. ``StageCache`` puts an
+  in-process memo and hit counters in front of it (so each artifact is verified once per
+  process), and records each artifact's build time in its ``meta.json``.
 * ``EmbeddingCache`` keeps vectors per text, keyed by (embedder identity, role, text hash), in
   append-only shards of ``.npy`` files (memory-mapped when read). A shard becomes visible only
-  when its key file is renamed into place, after its vectors, so a process killed mid-write
-  leaves nothing readable behind. ``CachedEmbedder`` wraps any embedder with it.
+  when its checksum file is renamed into place, after its vectors and keys, so a process killed
+  mid-write leaves nothing readable behind; a shard that does not match its checksums is
+  removed, never served (its texts are embedded again). ``CachedEmbedder`` wraps any embedder.
+
+A build killed mid-way leaves a ``.tmp-*`` entry; the next ``StageCache`` removes those no live
+process holds a lock on, and ``info`` never counts them.
 """
 
 from __future__ import annotations
@@ -24,10 +31,11 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, BinaryIO, TypeVar, cast
 
 import numpy as np
 
@@ -48,6 +56,10 @@ log = logging.getLogger(__name__)
 
 _KEY_BYTES = 16
 _COMPACT_AFTER = 64  # shards per namespace before they are merged into one
+_META = "meta.json"
+_TMP = ".tmp-"
+_SUMS = ".sums.json"  # an embedding shard's checksums; its appearance makes the shard visible
+_STALE_AFTER = 600.0  # seconds after which an unlocked temporary file is a killed writer's
 
 
 def default_cache_root() -> Path:
@@ -67,17 +79,135 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def _unless_locked(path: Path) -> Iterator[bool]:
+    """Yields whether no live process locks ``path`` (a missing file is unlocked), holding the
+    lock meanwhile; flock locks die with their process, so a free lock means its holder is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        yield True
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        os.close(fd)
+
+
 def _tmp_name(path: Path) -> Path:
-    return path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
+    return path.with_name(f"{_TMP}{uuid.uuid4().hex}-{path.name}")
 
 
-def _save_npy_atomic(path: Path, array: np.ndarray) -> None:
+def _tmp_target(tmp: Path) -> str:
+    """The name a ``_tmp_name`` was made for."""
+    return tmp.name.split("-", 2)[-1]
+
+
+def _remove(path: Path) -> None:
+    """Take ``path`` out of sight at once (rename), then delete it."""
+    trash = _tmp_name(path)
+    try:
+        os.replace(path, trash)
+    except FileNotFoundError:
+        return
+    if trash.is_dir():
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        trash.unlink(missing_ok=True)
+
+
+def _write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write a file under a temporary name, locked while written, and rename it into place."""
     tmp = _tmp_name(path)
     with tmp.open("wb") as fh:
-        np.save(fh, array)
+        fcntl.flock(fh, fcntl.LOCK_EX)  # tells a cleaner that its writer is alive
+        write(fh)
         fh.flush()
         os.fsync(fh.fileno())
-    os.replace(tmp, path)
+        os.replace(tmp, path)
+
+
+def _fingerprint(path: Path) -> list[Any]:
+    """``[size, sha256]`` of a file."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(partial(fh.read, 1 << 20), b""):
+            digest.update(block)
+    return [path.stat().st_size, digest.hexdigest()]
+
+
+def _json_digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+class _Corrupt(Exception):
+    """A cache entry whose files do not match its recorded checksums."""
+
+
+def _check_files(files: Mapping[str, Path], expected: Any, deep: bool) -> None:
+    """Raise ``_Corrupt`` unless ``files`` (name → path) are exactly the ``expected`` ones
+    (name → [size, sha256]); sizes only unless ``deep``."""
+    if not isinstance(expected, dict):
+        raise _Corrupt("no checksums recorded")
+    for name in sorted(set(expected) | set(files)):
+        if name not in files:
+            raise _Corrupt(f"{name} is missing")
+        if name not in expected:
+            raise _Corrupt(f"unexpected file {name}")
+        entry = expected[name]
+        if not (isinstance(entry, list) and len(entry) == 2):
+            raise _Corrupt(f"malformed checksum of {name}")
+        size, digest = entry
+        actual = files[name].stat().st_size
+        if actual != size:
+            raise _Corrupt(f"{name} has {actual} bytes, expected {size}")
+        if deep and _fingerprint(files[name])[1] != digest:
+            raise _Corrupt(f"{name} does not match its checksum")
+
+
+def _write_meta(directory: Path, extra: Mapping[str, Any]) -> None:
+    """``meta.json``: ``extra``, every file's size and SHA-256, and its own checksum."""
+    files = {
+        p.relative_to(directory).as_posix(): _fingerprint(p)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+    body = {**extra, "files": files}
+    (directory / _META).write_text(json.dumps({**body, "sha256": _json_digest(body)}), "utf-8")
+
+
+def _read_meta(directory: Path) -> dict[str, Any]:
+    """An entry's ``meta.json`` if it matches its own checksum (else ``_Corrupt``)."""
+    try:
+        meta = json.loads((directory / _META).read_text("utf-8"))
+    except FileNotFoundError:
+        raise _Corrupt(f"no {_META}") from None
+    except (OSError, ValueError) as exc:
+        raise _Corrupt(f"unreadable {_META}: {exc}") from None
+    if not isinstance(meta, dict) or "sha256" not in meta:
+        raise _Corrupt(f"{_META} holds no checksums")
+    body = {k: v for k, v in meta.items() if k != "sha256"}
+    if meta["sha256"] != _json_digest(body):
+        raise _Corrupt(f"{_META} does not match its checksum")
+    return body
+
+
+def _verify(directory: Path, deep: bool = True) -> dict[str, Any]:
+    """The meta of an artifact directory whose files all match it (else ``_Corrupt``)."""
+    meta = _read_meta(directory)
+    files = {
+        p.relative_to(directory).as_posix(): p
+        for p in directory.rglob("*")
+        if p.is_file() and p != directory / _META
+    }
+    _check_files(files, meta.get("files"), deep)
+    return meta
 
 
 @dataclass(frozen=True)
@@ -106,7 +236,7 @@ def _tree_bytes(path: Path) -> int:
 
 
 class ArtifactCache:
-    """Directories of stage artifacts, one per (stage, key), written atomically."""
+    """Directories of stage artifacts, one per (stage, key), written atomically and verified."""
 
     def __init__(self, root: Path | str | None = None) -> None:
         self.root = Path(root) if root is not None else default_cache_root()
@@ -116,53 +246,117 @@ class ArtifactCache:
         return self.root / stage / key[:2] / key
 
     def has(self, stage: str, key: str) -> bool:
-        """Whether a complete artifact exists."""
-        return self.path(stage, key).is_dir()
+        """Whether a complete artifact exists (its files and sizes match its meta.json; the
+        checksums are read when it is loaded)."""
+        try:
+            _verify(self.path(stage, key), deep=False)
+        except _Corrupt:
+            return False
+        return True
+
+    def meta(self, stage: str, key: str) -> dict[str, Any] | None:
+        """The ``meta.json`` of an artifact (None when there is none; a damaged one is removed)."""
+        path = self.path(stage, key)
+        with contextlib.suppress(_Corrupt):
+            return _read_meta(path) if path.exists() else None
+        with _file_lock(self._lock(path)):
+            try:
+                return _read_meta(path) if path.exists() else None
+            except _Corrupt as exc:  # still damaged under the lock: no builder is replacing it
+                self._discard(stage, key, str(exc))
+        return None
 
     def get_or_build(
-        self, stage: str, key: str, build: Callable[[Path], None]
+        self, stage: str, key: str, build: Callable[[Path], Mapping[str, Any] | None]
     ) -> tuple[Path, bool]:
-        """Return (artifact dir, was_cached); ``build(tmp_dir)`` fills a new one if needed.
+        """Return (artifact dir, was_cached); ``build(tmp_dir)`` fills a new one if needed and
+        may return extra fields for its ``meta.json``.
 
-        A lock per key makes a concurrent builder wait and then reuse the result.
+        A cached artifact is verified against its checksums first; a damaged one is removed and
+        built again. A lock per key makes a concurrent builder wait and then reuse the result.
         """
         final = self.path(stage, key)
-        if final.is_dir():
+        if final.exists() and self._intact(final):
             return final, True
-        with _file_lock(final.with_name(final.name + ".lock")):
-            if final.is_dir():
-                return final, True
+        with _file_lock(self._lock(final)):
+            if final.exists():
+                try:
+                    _verify(final)
+                    return final, True  # another process has just built it
+                except _Corrupt as exc:
+                    self._discard(stage, key, str(exc))
+            for stale in final.parent.glob(f"{_TMP}*-{final.name}"):
+                shutil.rmtree(stale, ignore_errors=True)  # under the lock, their builder is gone
             tmp = _tmp_name(final)
             tmp.mkdir(parents=True)
             try:
-                build(tmp)
+                _write_meta(tmp, build(tmp) or {})
                 os.replace(tmp, final)
             finally:
                 if tmp.exists():
                     shutil.rmtree(tmp, ignore_errors=True)
         return final, False
 
+    @staticmethod
+    def _lock(final: Path) -> Path:
+        return final.with_name(final.name + ".lock")
+
+    @staticmethod
+    def _intact(final: Path) -> bool:
+        try:
+            _verify(final)
+        except _Corrupt:
+            return False
+        return True
+
+    def _discard(self, stage: str, key: str, reason: str) -> None:
+        """Remove a damaged artifact (the caller holds its lock)."""
+        log.warning(
+            "stage cache: %s %s is damaged (%s); removing it (it is built again when needed)",
+            stage,
+            key,
+            reason,
+        )
+        _remove(self.path(stage, key))
+
+    def clean_stale(self) -> int:
+        """Remove the temporary directories of builds whose builder is gone (no live process
+        holds their key's lock); returns how many."""
+        removed = 0
+        for tmp in self.root.glob(f"*/*/{_TMP}*"):
+            with _unless_locked(tmp.with_name(_tmp_target(tmp) + ".lock")) as free:
+                if free:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    removed += 1
+        return removed
+
     def info(self) -> CacheInfo:
-        """Entry counts and sizes per area."""
+        """Entry counts and sizes per area (builds in progress are not entries)."""
         entries: dict[str, int] = {}
         sizes: dict[str, int] = {}
         if self.root.is_dir():
             for area in sorted(p for p in self.root.iterdir() if p.is_dir()):
-                items = [p for p in area.glob("*/*") if not p.name.endswith(".lock")]
                 if area.name == "embeddings":
-                    items = list(area.glob("*/*/*.keys.npy"))
-                entries[area.name] = len(items)
+                    items = list(area.glob(f"*/*/*{_SUMS}"))
+                else:
+                    items = list(area.glob("*/*"))
+                items = [p for p in items if not p.name.startswith(_TMP)]
+                entries[area.name] = len([p for p in items if not p.name.endswith(".lock")])
                 sizes[area.name] = _tree_bytes(area)
         return CacheInfo(self.root, entries, sizes)
 
     def clear(self, older_than_seconds: float | None = None) -> int:
-        """Delete artifacts (all, or those unmodified for ``older_than_seconds``); returns count."""
+        """Delete artifacts (all, or those unmodified for ``older_than_seconds``) and stale
+        temporary ones; returns the count of artifacts deleted."""
         if not self.root.is_dir():
             return 0
+        self.clean_stale()
         cutoff = time.time() - older_than_seconds if older_than_seconds is not None else None
         removed = 0
         for item in self.root.glob("*/*/*"):
-            if not item.is_dir() or (cutoff is not None and item.stat().st_mtime >= cutoff):
+            if item.name.startswith(_TMP) or not item.is_dir():
+                continue
+            if cutoff is not None and item.stat().st_mtime >= cutoff:
                 continue
             shutil.rmtree(item, ignore_errors=True)
             item.with_name(item.name + ".lock").unlink(missing_ok=True)
@@ -172,7 +366,10 @@ class ArtifactCache:
 
 @dataclass
 class StageCache:
-    """Artifacts on disk (``ArtifactCache``) plus an in-process memo, with hit counters."""
+    """Artifacts on disk (``ArtifactCache``) plus an in-process memo, with hit counters.
+
+    Creating one removes what killed builds left behind in its root.
+    """
 
     root: Path
     hits: int = 0
@@ -183,6 +380,8 @@ class StageCache:
         self.artifacts = ArtifactCache(self.root)
         self.embeddings = EmbeddingCache(self.root)
         self._memo: dict[tuple[str, str], Any] = {}
+        self.artifacts.clean_stale()
+        self.embeddings.clean_stale()
 
     def has(self, stage: str, key: str) -> bool:
         """Whether the artifact exists on disk."""
@@ -196,19 +395,20 @@ class StageCache:
         save: Callable[[T, Path], None],
         load: Callable[[Path], T],
     ) -> T:
-        """The artifact's value: from memory, from disk, or computed (timed) and stored."""
+        """The artifact's value: from memory, from disk (verified), or computed (timed) and
+        stored."""
         if (stage, key) in self._memo:
             self.hits += 1
             return self._memo[(stage, key)]
-        fresh: list[T] = []
+        fresh: list[tuple[T, float]] = []
 
-        def build(tmp: Path) -> None:
+        def build(tmp: Path) -> dict[str, float]:
             started = time.perf_counter()
             value = compute()
             seconds = time.perf_counter() - started
             save(value, tmp)
-            (tmp / "meta.json").write_text(json.dumps({"seconds": seconds}), "utf-8")
-            fresh.append(value)
+            fresh.append((value, seconds))
+            return {"seconds": seconds}
 
         path, cached = self.artifacts.get_or_build(stage, key, build)
         if cached:
@@ -216,18 +416,19 @@ class StageCache:
             value = load(path)
         else:
             self.misses += 1
-            value = fresh[0]
-        meta = json.loads((path / "meta.json").read_text("utf-8"))
-        self.build_seconds[f"{stage}:{key}"] = float(meta["seconds"])
+            value, self.build_seconds[f"{stage}:{key}"] = fresh[0]
         self._memo[(stage, key)] = value
         return value
 
     def recorded_seconds(self, stage: str, key: str) -> float:
         """Build time recorded with an artifact (0 when it does not exist)."""
-        if f"{stage}:{key}" in self.build_seconds:
-            return self.build_seconds[f"{stage}:{key}"]
-        meta = self.artifacts.path(stage, key) / "meta.json"
-        return float(json.loads(meta.read_text("utf-8"))["seconds"]) if meta.is_file() else 0.0
+        name = f"{stage}:{key}"
+        if name not in self.build_seconds:
+            meta = self.artifacts.meta(stage, key)
+            if meta is None:
+                return 0.0
+            self.build_seconds[name] = float(meta.get("seconds", 0.0))
+        return self.build_seconds[name]
 
 
 class EmbeddingCache:
@@ -251,23 +452,56 @@ class EmbeddingCache:
             hashlib.sha256(t.encode("utf-8", "surrogatepass")).digest()[:_KEY_BYTES] for t in texts
         ]
 
+    @staticmethod
+    def _shards(ns: Path) -> list[str]:
+        """Names of the visible shards of a namespace, oldest first."""
+        found = [p.name for p in ns.glob(f"*{_SUMS}") if not p.name.startswith(_TMP)]
+        return sorted(name.removesuffix(_SUMS) for name in found)
+
+    @staticmethod
+    def _files(ns: Path, shard: str) -> dict[str, Path]:
+        return {part: ns / f"{shard}.{part}" for part in ("keys.npy", "vecs.npy")}
+
+    def _verified(self, ns: Path, shard: str) -> bool:
+        """Whether a shard matches its checksums; one that does not is removed."""
+        try:
+            try:
+                sums = json.loads((ns / f"{shard}{_SUMS}").read_text("utf-8"))
+            except (OSError, ValueError) as exc:
+                raise _Corrupt(f"unreadable checksums: {exc}") from None
+            _check_files(self._files(ns, shard), sums, deep=True)
+        except _Corrupt as exc:
+            if not (ns / f"{shard}{_SUMS}").exists():
+                return False  # merged into another shard meanwhile (``compact``)
+            log.warning("embedding cache: shard %s/%s is damaged (%s); removing it", ns, shard, exc)
+            self._delete_shard(ns, shard)
+            return False
+        return True
+
+    @staticmethod
+    def _delete_shard(ns: Path, shard: str) -> None:
+        """Checksums first (the shard disappears at once), then its files."""
+        (ns / f"{shard}{_SUMS}").unlink(missing_ok=True)
+        for path in EmbeddingCache._files(ns, shard).values():
+            path.unlink(missing_ok=True)
+
     def _refresh(self, ns: Path) -> dict[bytes, tuple[np.ndarray, int]]:
         index = self._index.setdefault(ns, {})
         seen = self._seen.setdefault(ns, set())
         if not ns.is_dir():
             return index
-        for keys_file in sorted(ns.glob("*.keys.npy")):
-            shard = keys_file.name.removesuffix(".keys.npy")
-            if shard in seen:
+        for shard in self._shards(ns):
+            if shard in seen or not self._verified(ns, shard):
                 continue
+            files = self._files(ns, shard)
             try:
-                keys = np.load(keys_file)
-                vecs = np.load(ns / f"{shard}.vecs.npy", mmap_mode="r")
-            except (OSError, ValueError) as exc:
-                log.warning("ignoring unreadable embedding shard %s: %s", keys_file, exc)
+                keys = np.load(files["keys.npy"])
+                vecs = np.load(files["vecs.npy"], mmap_mode="r")
+            except OSError as exc:  # merged into another shard since it was listed
+                log.debug("embedding shard %s/%s went away: %s", ns, shard, exc)
                 continue
             if keys.ndim != 2 or keys.shape[1] != _KEY_BYTES or len(keys) != len(vecs):
-                log.warning("ignoring inconsistent embedding shard %s", keys_file)
+                log.warning("ignoring inconsistent embedding shard %s/%s", ns, shard)
                 continue
             seen.add(shard)
             for row, key in enumerate(keys):
@@ -293,33 +527,55 @@ class EmbeddingCache:
         ns = self.namespace(identity, role)
         ns.mkdir(parents=True, exist_ok=True)
         self._write_shard(ns, keys, vectors)
-        if len(list(ns.glob("*.keys.npy"))) > _COMPACT_AFTER:
+        if len(self._shards(ns)) > _COMPACT_AFTER:
             self.compact(identity, role)
 
     @staticmethod
     def _write_shard(ns: Path, keys: Sequence[bytes], vectors: np.ndarray) -> None:
-        """Vectors first, then the key file whose appearance makes the shard visible."""
+        """Vectors and keys first, then the checksums whose appearance makes the shard visible."""
         shard = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
         key_arr = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), _KEY_BYTES)
-        _save_npy_atomic(ns / f"{shard}.vecs.npy", np.ascontiguousarray(vectors, np.float32))
-        _save_npy_atomic(ns / f"{shard}.keys.npy", key_arr)
+        files = EmbeddingCache._files(ns, shard)
+        vecs = np.ascontiguousarray(vectors, np.float32)
+        _write_atomic(files["vecs.npy"], lambda fh: np.save(fh, vecs))
+        _write_atomic(files["keys.npy"], lambda fh: np.save(fh, key_arr))
+        sums = json.dumps({part: _fingerprint(path) for part, path in files.items()})
+        _write_atomic(ns / f"{shard}{_SUMS}", lambda fh: fh.write(sums.encode()))
 
     def compact(self, identity: str, role: Role) -> None:
         """Merge a namespace's shards into one (readers keep working on their memory maps)."""
         ns = self.namespace(identity, role)
         with _file_lock(ns / ".compact.lock"):
-            old = sorted(ns.glob("*.keys.npy"))
+            old = self._shards(ns)
             if len(old) <= 1:
                 return
             index = self._refresh(ns)
             vectors = np.stack([np.asarray(v[r]) for v, r in index.values()])
             self._write_shard(ns, list(index), vectors)
-            for keys_file in old:
-                name = keys_file.name.removesuffix(".keys.npy")
-                keys_file.unlink(missing_ok=True)
-                (ns / f"{name}.vecs.npy").unlink(missing_ok=True)
+            for shard in old:
+                self._delete_shard(ns, shard)
             self._index.pop(ns, None)
             self._seen.pop(ns, None)
+
+    def clean_stale(self) -> int:
+        """Remove what killed writers left: temporary files no live writer locks and shard files
+        without checksums, both older than ``_STALE_AFTER``; returns how many."""
+        cutoff = time.time() - _STALE_AFTER
+        removed = 0
+        for ns in self.root.glob("*/*"):
+            if not ns.is_dir():
+                continue
+            visible = set(self._shards(ns))
+            for path in ns.iterdir():
+                name = path.name
+                orphan = name.endswith(".npy") and name.split(".", 1)[0] not in visible
+                if not (name.startswith(_TMP) or orphan):
+                    continue
+                with contextlib.suppress(FileNotFoundError), _unless_locked(path) as free:
+                    if free and path.stat().st_mtime < cutoff:
+                        path.unlink()
+                        removed += 1
+        return removed
 
 
 class CachedEmbedder:

@@ -299,7 +299,8 @@ class HnswStore:
     the next new id, so the graph never holds more labels than the most items ever stored at
     once. Capacity grows by doubling (``resize_index``). Filters matching at most 4096 items,
     and searches where the graph cannot deliver k results (hnswlib raises), are answered exactly
-    from the stored vectors, so k results come back whenever at least k items match.
+    from the stored vectors, so k results come back whenever at least k items match. Vectors
+    are inserted by one thread with the config's seed, so a build is reproducible.
     """
 
     def __init__(self, config: HnswConfig | None = None) -> None:
@@ -333,8 +334,8 @@ class HnswStore:
         labels = [self._assign_label(ids[i]) for i in keep]
         for i, label in zip(keep, labels, strict=True):
             self._meta[label] = dict(metadata[i]) if metadata is not None else {}
-        if labels:
-            index.add_items(matrix[keep], np.asarray(labels, dtype=np.int64))
+        if labels:  # one thread: the graph, hence every result, is the same on every build
+            index.add_items(matrix[keep], np.asarray(labels, dtype=np.int64), num_threads=1)
 
     def _reserve(self, dim: int, labels: int) -> hnswlib.Index:
         """The hnswlib index (created on first use) with room for ``labels`` labels."""

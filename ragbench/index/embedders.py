@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import Field
 
 from ragbench.errors import RagbenchError
-from ragbench.models import DEFAULT_MODEL, model_identity, resolve_model
+from ragbench.models import DEFAULT_MODEL, hub_offline, model_identity, resolve_model
 from ragbench.protocols import Embedder, Role
 from ragbench.registry import ComponentConfig, component_field, components
 from ragbench.text.tokenize import TokenizerConfig, WordTokenizer
@@ -81,10 +81,12 @@ _MODELS_LOCK = threading.Lock()
 
 
 def _load_sentence_transformer(name: str, revision: str | None, device: str) -> Any:
-    """Load a model once per process and share it between embedders."""
+    """Load a model once per process and share it between embedders (offline when the hub is
+    unreachable, so a missing model fails at once instead of retrying)."""
     key = (resolve_model(name), revision, device)
     with _MODELS_LOCK:
         if key not in _MODELS:
+            hub_offline()
             from sentence_transformers import SentenceTransformer
 
             try:

@@ -48,6 +48,11 @@ def compare_runs(
     metric = metric or first["config"]["evaluation"]["metrics"][0]
     evaluated = {m for man in manifests.values() for m in man["config"]["evaluation"]["metrics"]}
     if metric not in evaluated:
+        try:  # another spelling of an evaluated metric (NDCG@10, p@5)
+            metric = parse_metric(metric).name
+        except ConfigError as exc:
+            raise ConfigError(f"--metric {metric!r}: {exc}") from None
+    if metric not in evaluated:
         raise ConfigError(
             f"--metric {metric!r}: no run evaluated it; they evaluated "
             f"{', '.join(sorted(evaluated))}"

@@ -1,4 +1,7 @@
-"""``report.md``: summary, trial table with significance marks, plots, drill-down, config."""
+"""``report.md``: summary, trial table with significance marks, plots, drill-down, config.
+
+Text from configs and data (names, labels, queries, errors) is escaped: it renders as written,
+never as HTML, links or Markdown structure."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from ragbench.evaluate.metrics import best_index, higher_is_better
-from ragbench.report.tables import markdown_table
+from ragbench.report.tables import markdown_table, md_code, md_fence, md_text
 
 if TYPE_CHECKING:
     from ragbench.report.report import Report
@@ -17,9 +20,9 @@ __all__ = ["render_markdown", "summary_lines"]
 
 def summary_lines(report: Report) -> list[str]:
     """Plain sentences: the baseline, and the best trial per metric with its difference."""
-    base = report.label(report.baseline)
+    base = md_code(report.label(report.baseline))
     lines = [
-        f"Baseline: `{base}`. Test: {report.test}, {report.correction} correction, "
+        f"Baseline: {base}. Test: {report.test}, {report.correction} correction, "
         f"alpha {report.alpha}; ▲/▼ mark significant differences from the baseline."
     ]
     stats = report.stats
@@ -31,11 +34,11 @@ def summary_lines(report: Report) -> list[str]:
         if not higher_is_better(metric):
             wins, losses = losses, wins
         if best == report.baseline:
-            lines.append(f"- **{metric}**: the baseline is best ({row['mean']:.4f}).")
+            lines.append(f"- **{md_text(metric)}**: the baseline is best ({row['mean']:.4f}).")
             continue
         verdict = "significant" if row["significant"] else "not significant"
         lines.append(
-            f"- **{metric}**: `{report.label(best)}` {row['mean']:.4f} "
+            f"- **{md_text(metric)}**: {md_code(report.label(best))} {row['mean']:.4f} "
             f"({row['delta']:+.4f} vs baseline, p_adj = {row['p_adjusted']:.3g}, {verdict}; "
             f"95% CI {row['ci_low']:.4f}–{row['ci_high']:.4f}; "
             f"wins/ties/losses {wins}/{int(row['ties'])}/{losses})"
@@ -48,11 +51,12 @@ def render_markdown(report: Report, images: list[str]) -> str:
     manifest = report.manifest
     dataset = manifest["dataset"]
     lines = [
-        f"# {manifest['config']['name']}",
+        f"# {md_text(manifest['config']['name'])}",
         "",
-        f"Dataset `{dataset['name']}` ({dataset['split']}, {dataset['documents']} documents), "
-        f"{manifest['queries']['count']} queries, fingerprint "
-        f"`{manifest['dataset_fingerprint'][:16]}`, level {manifest['evaluation']['level']}.",
+        f"Dataset {md_code(dataset['name'])} ({md_text(dataset['split'])}, "
+        f"{dataset['documents']} documents), {manifest['queries']['count']} queries, "
+        f"fingerprint {md_code(manifest['dataset_fingerprint'][:16])}, "
+        f"level {md_text(manifest['evaluation']['level'])}.",
         "",
         "## Best trial per metric",
         "",
@@ -68,7 +72,7 @@ def render_markdown(report: Report, images: list[str]) -> str:
         lines += [
             "## Honest selection",
             "",
-            report.selection_note(),
+            md_text(report.selection_note()),
             "",
             markdown_table(selection, index=False),
             "",
@@ -78,16 +82,19 @@ def render_markdown(report: Report, images: list[str]) -> str:
     drill = report.drilldown(n=5) if report.best != report.baseline else None
     if drill is not None and not drill.empty:
         lines += [
-            f"## Queries where `{report.label(report.best)}` and the baseline differ most",
+            f"## Queries where {md_code(report.label(report.best))} and the baseline differ most",
             "",
         ]
         for row in drill.itertuples():
-            lines.append(f"- `{row.query_id}` ({row.delta:+.3f}): {row.query}")
+            lines.append(f"- {md_code(row.query_id)} ({row.delta:+.3f}): {md_text(row.query)}")
         lines.append("")
     if not report.failed.empty:
         lines += ["## Failed trials", ""]
-        lines += [f"- `{r.trial_id}` {r.label}: {r.error}" for r in report.failed.itertuples()]
+        lines += [
+            f"- {md_code(r.trial_id)} {md_text(r.label)}: {md_text(r.error)}"
+            for r in report.failed.itertuples()
+        ]
         lines.append("")
-    config = yaml.safe_dump(manifest["config"], sort_keys=False).rstrip()
-    lines += ["## Config", "", "```yaml", config, "```", ""]
+    config = yaml.safe_dump(manifest["config"], sort_keys=False)
+    lines += ["## Config", "", md_fence(config, "yaml"), ""]
     return "\n".join(lines)

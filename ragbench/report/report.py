@@ -19,7 +19,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from ragbench.errors import ConfigError, DataError
-from ragbench.evaluate.metrics import best_first, best_index, higher_is_better
+from ragbench.evaluate.metrics import best_first, best_index, higher_is_better, parse_metric
 from ragbench.evaluate.significance import bootstrap_ci, compare, compare_all
 from ragbench.experiment.store import RunStore
 from ragbench.report import plots
@@ -44,6 +44,14 @@ def _match(trials: pd.DataFrame, wanted: str) -> str | None:
         if match.any():
             return str(trials.loc[match, "trial_id"].iloc[0])
     return None
+
+
+def _canonical(metric: str) -> str:
+    """The canonical spelling of ``metric`` (``NDCG@10`` → ``ndcg@10``), or it unchanged."""
+    try:
+        return parse_metric(metric).name
+    except ConfigError:
+        return metric
 
 
 def _resolve(
@@ -99,7 +107,15 @@ class Report:
         ok = trials[trials["status"] == "ok"] if not trials.empty else trials
         if ok.empty:
             raise DataError(f"{run_dir}: no finished trial to report on")
+        queries = int(manifest.get("queries", {}).get("count", 0))
+        if queries < 2:
+            raise DataError(
+                f"{run_dir}: a report tests trials against each other query by query and needs "
+                f"at least 2 queries; this run has {queries}"
+            )
         metrics = list(manifest["config"]["evaluation"]["metrics"])
+        if metric is not None:
+            metric = next((m for m in metrics if m == metric or m == _canonical(metric)), metric)
         if metric is not None and metric not in metrics:
             raise ConfigError(f"--metric {metric!r}: the run evaluated {', '.join(metrics)}")
         chosen = _resolve(ok, run_dir, baseline, manifest["config"].get("baseline"))

@@ -1,7 +1,9 @@
-"""Trial tables: the numbers of a run directory, arranged for people."""
+"""Trial tables: the numbers of a run directory, arranged for people, and the Markdown
+escaping every report uses for text that comes from configs and data (labels, queries)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import pandas as pd
@@ -12,8 +14,43 @@ __all__ = [
     "best_per_metric",
     "latency_stages",
     "markdown_table",
+    "md_code",
+    "md_fence",
+    "md_text",
     "trial_table",
 ]
+
+# HTML's special characters as entities; Markdown's link, code, escape and table syntax escaped.
+_MD_TEXT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"} | {c: "\\" + c for c in "\\`[]|"})
+_BACKTICKS = re.compile("`+")
+
+
+def _one_line(value: object) -> str:
+    return " ".join(str(value).splitlines())
+
+
+def _longest_backticks(text: str) -> int:
+    return max((len(run) for run in _BACKTICKS.findall(text)), default=0)
+
+
+def md_text(value: object) -> str:
+    """``value`` as literal Markdown text on one line: no HTML, links, code or table cells."""
+    return _one_line(value).translate(_MD_TEXT)
+
+
+def md_code(value: object) -> str:
+    """``value`` as a one-line code span that its own backticks cannot close."""
+    text = _one_line(value)
+    fence = "`" * (_longest_backticks(text) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_fence(text: str, info: str = "") -> str:
+    """``text`` as a fenced code block that no line of it can close."""
+    fence = "`" * max(3, _longest_backticks(text) + 1)
+    body = text.rstrip("\n")
+    return f"{fence}{info}\n{body}\n{fence}"
 
 
 def latency_stages(trials: pd.DataFrame) -> list[str]:
@@ -64,7 +101,7 @@ def best_per_metric(trials: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFram
 def _cell(value: object, digits: int) -> str:
     if isinstance(value, float):
         return "" if value != value else f"{value:.{digits}f}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    return md_text(value)
 
 
 def markdown_table(frame: pd.DataFrame, digits: int = 4, index: bool = True) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import threading
 import time
@@ -31,8 +30,9 @@ import numpy as np
 from pydantic import Field
 from tqdm.auto import tqdm
 
+from ragbench.endpoints import EndpointOptions
 from ragbench.errors import RagbenchError
-from ragbench.models import resolve_model
+from ragbench.models import hub_offline, resolve_model
 from ragbench.protocols import Embedder, Reranker
 from ragbench.registry import component_field, components
 from ragbench.retrieve.artifacts import RANKING, ChunkSet, Timed
@@ -227,10 +227,12 @@ _CROSS_ENCODERS_LOCK = threading.Lock()
 
 
 def _load_cross_encoder(name: str, device: str) -> Any:
-    """Load a cross-encoder once per process and share it between rerankers."""
+    """Load a cross-encoder once per process and share it between rerankers (offline when the
+    hub is unreachable, so a missing model fails at once instead of retrying)."""
     key = (resolve_model(name), device)
     with _CROSS_ENCODERS_LOCK:
         if key not in _CROSS_ENCODERS:
+            hub_offline()
             from sentence_transformers import CrossEncoder
 
             try:
@@ -352,14 +354,12 @@ class DenseReranker:
         return _rescore(queries, ranking, texts, k, self.config.candidates, self._score, self.stats)
 
 
-class LLMRerankConfig(RerankerConfig):
+class LLMRerankConfig(RerankerConfig, EndpointOptions):
     """An LLM relevance judge at an OpenAI-compatible endpoint (``base_url`` with or without
-    ``/v1``); the API key, if any, is read from the environment variable ``api_key_env``."""
+    ``/v1``); the API key, if any, is that of ``credential`` (see ``ragbench.endpoints``)."""
 
     kind: Literal["llm"] = "llm"
-    base_url: str
     model: str
-    api_key_env: str = "OPENAI_API_KEY"
     candidates: int = Field(20, gt=0)
     timeout: float = Field(30.0, gt=0)
     max_concurrency: int = Field(4, gt=0)
@@ -391,6 +391,7 @@ class LLMReranker:
 
     def __init__(self, config: LLMRerankConfig) -> None:
         self.config = config
+        self.endpoint = config.endpoint("reranker")
         self.stats = RerankStats()
 
     @property
@@ -401,7 +402,7 @@ class LLMReranker:
     @property
     def url(self) -> str:
         """The chat-completions URL."""
-        base = self.config.base_url.rstrip("/")
+        base = self.endpoint.url.rstrip("/")
         return base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
 
     def _request(self, query: str, passage: str) -> urllib.request.Request:
@@ -418,11 +419,11 @@ class LLMReranker:
             "temperature": 0,
             "max_tokens": 8,
         }
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self.config.api_key_env)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        return urllib.request.Request(self.url, json.dumps(body).encode(), headers, method="POST")
+        data, headers = json.dumps(body).encode(), {"Content-Type": "application/json"}
+        request = urllib.request.Request(self.url, data, headers, method="POST")
+        if self.endpoint.api_key:  # unredirected: a redirect never carries the key elsewhere
+            request.add_unredirected_header("Authorization", f"Bearer {self.endpoint.api_key}")
+        return request
 
     def _judge(self, query: str, passage: str) -> float:
         try:

@@ -6,6 +6,10 @@ reason, then skipped, so one broken input never stops a corpus from loading and 
 without a trace. Texts are decoded as UTF-8 (a BOM is dropped) and ``\\r\\n`` / ``\\r`` become
 ``\\n`` before a ``Document`` exists, so every character offset downstream points into the text
 as loaded. ``load(path)`` picks the loader for a file or a directory.
+
+Only regular files are read: a FIFO, socket or device file is reported and skipped (reading a
+FIFO would block forever). In a directory, a symbolic link whose target lies outside the
+directory is reported and skipped unless ``follow_symlinks=True``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import json
 import logging
 import os
 import re
+import stat
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -47,6 +52,12 @@ logger = logging.getLogger(__name__)
 StrPath = str | os.PathLike[str]
 
 _SNIFF_BYTES = 8192  # a NUL byte in this many leading bytes marks a file as binary
+_SPECIAL_FILES = (
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+)
 _NEWLINES = re.compile(r"\r\n?")
 _PAGE_SEPARATOR = "\n\n"
 
@@ -135,6 +146,18 @@ def _os_reason(error: OSError) -> str:
     return error.strerror or str(error)
 
 
+def _not_regular(path: StrPath) -> str | None:
+    """Why ``path`` (links followed) must not be read — it is no regular file — or None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None  # reading it reports the error
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _SPECIAL_FILES if test(mode)), "special file")
+    return f"not a regular file ({kind}): not read"
+
+
 def _utf8(data: bytes, offset: int = 0) -> str:
     """Decode strict UTF-8; ``offset`` is where ``data`` starts in its file, for the message."""
     try:
@@ -205,6 +228,10 @@ class FileLoader(BaseLoader):
             raise DataError(f"{self.path}: is a directory (use DirectoryLoader or load())")
 
     def _stream(self, run: _Pass) -> Iterator[Document]:
+        reason = _not_regular(self.path)
+        if reason is not None:
+            run.report.add(self.path, reason)
+            return iter(())
         return self._file(self.path.name, run)
 
     @abstractmethod
@@ -525,16 +552,20 @@ class DirectoryLoader(BaseLoader):
 
     Document ids are POSIX paths relative to the root (``guides/setup.md``; JSONL files
     contribute their records' ids). Files are dispatched by extension (keyword options go to
-    ``JsonlLoader``); other extensions are reported as ``unsupported extension``. Hidden
-    (dot-prefixed) files and directories are skipped silently. Symlinks are followed, but each
-    real directory is walked once: a link back to an ancestor is reported as ``symlink loop``,
-    a second link to a directory already walked as ``already loaded as ...``.
+    ``JsonlLoader``); other extensions are reported as ``unsupported extension``, and entries
+    that are no regular file (FIFOs, sockets, devices) as ``not a regular file (...)``. Hidden
+    (dot-prefixed) files and directories are skipped silently. A symbolic link to somewhere
+    outside the directory is reported and skipped unless ``follow_symlinks``; links are
+    otherwise followed, but each real directory is walked once: a link back to an ancestor is
+    reported as ``symlink loop``, a second link to a directory already walked as ``already
+    loaded as ...``.
     """
 
     def __init__(
         self,
         path: StrPath,
         *,
+        follow_symlinks: bool = False,
         id_field: str | None = None,
         text_field: str = "text",
         title_field: str | None = "title",
@@ -544,6 +575,7 @@ class DirectoryLoader(BaseLoader):
         super().__init__(path)
         if not self.path.is_dir():
             raise DataError(f"{self.path}: not a directory")
+        self.follow_symlinks = follow_symlinks
         self._jsonl_options: dict[str, Any] = {
             "id_field": id_field,
             "text_field": text_field,
@@ -554,6 +586,19 @@ class DirectoryLoader(BaseLoader):
 
     def _stream(self, run: _Pass) -> Iterator[Document]:
         return self._directory(self.path, "", run, {})
+
+    def _outside(self, entry: os.DirEntry[str]) -> str | None:
+        """Why ``entry``, a link out of the directory, is not followed (None: follow it)."""
+        if self.follow_symlinks or not entry.is_symlink():
+            return None
+        root = os.path.realpath(self.path)
+        target = os.path.realpath(entry.path)
+        if os.path.commonpath([root, target]) == root:
+            return None
+        return (
+            f"symlink to {target} outside {self.path}: not followed "
+            "(follow_symlinks=True / --follow-symlinks follows it)"
+        )
 
     def _directory(
         self, path: Path, rel: str, run: _Pass, walked: dict[tuple[int, int], str]
@@ -578,7 +623,10 @@ class DirectoryLoader(BaseLoader):
             return
         for entry in entries:
             child = f"{rel}/{entry.name}" if rel else entry.name
-            if entry.is_dir():
+            outside = self._outside(entry)
+            if outside is not None:
+                run.report.add(entry.path, outside)
+            elif entry.is_dir():
                 yield from self._directory(Path(entry.path), child, run, walked)
             else:
                 yield from self._entry_file(entry, child, run)
@@ -587,7 +635,8 @@ class DirectoryLoader(BaseLoader):
         """Dispatch one directory entry to the loader for its extension."""
         if not entry.is_file():
             broken = entry.is_symlink() and not os.path.exists(entry.path)
-            run.report.add(entry.path, "broken symlink" if broken else "not a regular file")
+            reason = "broken symlink" if broken else _not_regular(entry.path)
+            run.report.add(entry.path, reason or "not a regular file")
             return
         cls = _BY_EXTENSION.get(Path(entry.name).suffix.lower())
         if cls is None:
@@ -605,15 +654,16 @@ def _visible_entries(path: Path) -> list[os.DirEntry[str]]:
     return sorted(visible, key=lambda e: e.name + "/" if e.is_dir() else e.name)
 
 
-def load(path: StrPath, **options: Any) -> BaseLoader:
+def load(path: StrPath, follow_symlinks: bool = False, **options: Any) -> BaseLoader:
     """The loader for ``path``: a ``DirectoryLoader`` or the file loader for its extension.
 
-    ``options`` go to the loader (JSONL fields). Raises ``DataError`` when the path does not
-    exist or its extension is not supported.
+    ``follow_symlinks`` lets a directory's links lead outside it; ``options`` go to the loader
+    (JSONL fields). Raises ``DataError`` when the path does not exist or its extension is not
+    supported.
     """
     target = Path(path)
     if target.is_dir():
-        return DirectoryLoader(target, **options)
+        return DirectoryLoader(target, follow_symlinks=follow_symlinks, **options)
     if not target.exists():
         raise DataError(f"{target}: no such file or directory")
     cls = _BY_EXTENSION.get(target.suffix.lower())

@@ -18,7 +18,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from ragbench.models import DEFAULT_MODEL, resolve_model
+from ragbench.errors import ConfigError
+from ragbench.models import DEFAULT_MODEL, model_problem, resolve_model
 from ragbench.protocols import TokenCounter
 
 __all__ = [
@@ -169,9 +170,18 @@ class _HFCounter:
 
     @cached_property
     def _tokenizer(self):
+        """The Hugging Face tokenizer (loaded on first use; a missing one is a ``ConfigError``
+        naming it, found before transformers would retry an unreachable hub)."""
+        problem = model_problem(self.name)
+        if problem is not None:
+            raise ConfigError(f"tokenizer: no such tokenizer {self.name!r} ({problem})")
         from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(resolve_model(self.name), use_fast=True)
+        try:
+            tok = AutoTokenizer.from_pretrained(resolve_model(self.name), use_fast=True)
+        except (OSError, ValueError) as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(f"tokenizer: cannot load {self.name!r} ({reason})") from None
         tok.model_max_length = 1 << 62  # measuring, not truncating: silence length warnings
         return tok
 
