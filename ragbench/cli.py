@@ -123,6 +123,8 @@ def _cmd_datasets_info(args: argparse.Namespace) -> int:
         rows.append(("spans", f"{info.spans:,} (mean {info.mean_span_chars:.0f} characters)"))
     if info.query_types:
         rows.append(("query types", ", ".join(f"{t} {n}" for t, n in info.query_types.items())))
+    if info.answers:
+        rows.append(("answers", f"{info.answers:,} of {info.queries:,} queries"))
     rows.append(("fingerprint", info.fingerprint))
     for key, value in rows:
         sys.stdout.write(f"{key:<12} {value}\n")
@@ -148,6 +150,19 @@ def _cmd_datasets_download(args: argparse.Namespace) -> int:
         return 0
     checked = "sha256 verified" if result.verified else "not verified: no known checksum"
     sys.stdout.write(f"{args.name}: downloaded to {result.path} ({checked})\n")
+    return 0
+
+
+def _cmd_datasets_import_ragas(args: argparse.Namespace) -> int:
+    from ragbench.data.ragas_import import import_ragas
+
+    result = import_ragas(args.file, args.out, corpus=args.corpus)
+    for problem in result.problems:
+        print(f"{problem.severity}: {problem}", file=sys.stderr)
+    sys.stdout.write(
+        f"{result.path}: {result.queries:,} queries ({result.answers:,} with a reference "
+        f"answer), {result.documents:,} documents; {result.left_out:,} row(s) left out\n"
+    )
     return 0
 
 
@@ -316,6 +331,38 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     clear = commands.add_parser("clear", help="delete cached artifacts")
     clear.add_argument("--older-than", help="only entries unused for this long (e.g. 7d, 12h)")
     cache.set_defaults(func=_cmd_cache)
+
+
+# ---------------------------------------------------------------- export
+
+
+def _cmd_export_ragas(args: argparse.Namespace) -> int:
+    from ragbench.report.export import export_ragas
+
+    done = export_ragas(args.run_dir, args.trial, args.out)
+    print(f"{done.path}: {done.rows:,} samples of trial {done.trial_id} ({done.label})")
+    return 0
+
+
+def _add_export(sub: argparse._SubParsersAction) -> None:
+    export = sub.add_parser("export", help="write a run's samples for other tools")
+    formats = export.add_subparsers(dest="export_format", required=True)
+    ragas = formats.add_parser(
+        "ragas",
+        help="one trial's samples as a ragas EvaluationDataset JSONL file",
+        description="Write one row per query (user_input, retrieved_contexts and their ids, "
+        "response, reference, reference_contexts and their ids) for "
+        "ragas.EvaluationDataset.from_jsonl.",
+    )
+    ragas.add_argument("run_dir", help="a run directory written by `ragbench run`")
+    ragas.add_argument(
+        "--trial",
+        default="best",
+        metavar="ID",
+        help="trial id, or 'best' on the run's first metric (default)",
+    )
+    ragas.add_argument("--out", help="file to write (default: RUN/ragas/<trial id>.jsonl)")
+    ragas.set_defaults(func=_cmd_export_ragas)
 
 
 # ---------------------------------------------------------------- collections
@@ -518,11 +565,14 @@ def _parser() -> argparse.ArgumentParser:
     _add_eval(sub)
     _add_collections(sub)
     _add_run(sub)
+    _add_export(sub)
     return parser
 
 
 def _add_datasets(sub: argparse._SubParsersAction) -> None:
-    datasets = sub.add_parser("datasets", help="list, describe, validate or download datasets")
+    datasets = sub.add_parser(
+        "datasets", help="list, describe, validate, download or import datasets"
+    )
     commands = datasets.add_subparsers(dest="datasets_command", required=True)
     listing = commands.add_parser("list", help="bundled sets and downloadable BEIR sets")
     listing.set_defaults(func=_cmd_datasets_list)
@@ -547,6 +597,21 @@ def _add_datasets(sub: argparse._SubParsersAction) -> None:
     download.add_argument("--sha256", help="expected sha256 of the zip (overrides the known one)")
     download.add_argument("--force", action="store_true", help="download again if present")
     download.set_defaults(func=_cmd_datasets_download)
+    ragas = commands.add_parser(
+        "import-ragas",
+        help="turn a ragas test set (JSONL or CSV) into a span-labeled set",
+        description="Write a ragas EvaluationDataset/Testset file (to_jsonl or to_csv) as a "
+        "span-labeled set: each row a query with its reference contexts as evidence and its "
+        "reference as the answer. Rows left out and contexts not found are reported by row.",
+    )
+    ragas.add_argument("file", help="the .jsonl or .csv file ragas wrote")
+    ragas.add_argument("--out", required=True, help="folder to write (new or empty)")
+    ragas.add_argument(
+        "--corpus",
+        help="folder of the documents the contexts come from: contexts are located in them and "
+        "they become the set's corpus (default: one document per distinct context)",
+    )
+    ragas.set_defaults(func=_cmd_datasets_import_ragas)
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:

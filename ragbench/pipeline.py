@@ -37,13 +37,14 @@ import numpy as np
 from filelock import FileLock
 
 from ragbench.data import load_dataset
+from ragbench.endpoints import describe_endpoints
 from ragbench.errors import ConfigError, DataError
-from ragbench.evaluate.metrics import best_index
-from ragbench.experiment.config import Trial, expand, load_config, make_trial
+from ragbench.experiment.config import Trial, trial_of
+from ragbench.experiment.runner import find_trial
 from ragbench.experiment.store import RunStore, write_failure
-from ragbench.index.cache import StageCache
+from ragbench.index.cache import StageCache, default_cache_root
+from ragbench.llm.cache import LLMCache
 from ragbench.protocols import Embedder
-from ragbench.registry import axes, components
 from ragbench.retrieve.artifacts import ChunkSet
 from ragbench.retrieve.assemble import quote_untrusted, sanitize_attribute, system_notice
 from ragbench.retrieve.graph import Env, Execution, Plan, Stage, compile_plan
@@ -61,6 +62,7 @@ __all__ = [
 ]
 
 _BATCH_DOCS = 64
+_CHUNKS = "chunks"  # the plan's stage of the trial's own chunking
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "chunker": {"kind": "recursive", "size": 800, "overlap": 100},
     "retriever": {"kind": "hybrid", "store": {"kind": "hnsw"}, "depth": 50},
@@ -96,18 +98,7 @@ def pipeline_trial(spec: Mapping[str, Any] | Trial | None = None) -> Trial:
     (recursive 800/100 chunks, hybrid retrieval over an hnsw store)."""
     if isinstance(spec, Trial):
         return spec
-    given = dict(spec or {})
-    known = {a.name: a for a in axes()}
-    unknown = sorted(set(given) - set(known))
-    if unknown:
-        raise ConfigError(f"pipeline.{unknown[0]}: unknown key; allowed: {', '.join(known)}")
-    picked = {}
-    for name, axis in known.items():
-        value = given.get(name, _DEFAULTS.get(name, axis.default))
-        if value is None:
-            raise ConfigError(f"pipeline.{name}: required")
-        picked[name] = components(name).parse(value, f"pipeline.{name}")
-    return make_trial(picked)
+    return trial_of({**_DEFAULTS, **(spec or {})}, "pipeline")
 
 
 @dataclass
@@ -140,10 +131,12 @@ class IndexReport:
 
 @dataclass
 class Retrieval:
-    """A ranking of chunk ids plus the wall time of every stage, in seconds per query."""
+    """A ranking of chunk ids plus the wall time of every stage, in seconds per query, and the
+    answers when the trial has a generator."""
 
     ranking: Ranking
     timings: dict[str, np.ndarray] = field(default_factory=dict)
+    answers: list[str] | None = None
 
     def latency_ms(self) -> dict[str, tuple[float, float]]:
         """(p50, p95) in milliseconds per stage, and for the total."""
@@ -208,10 +201,16 @@ class RAGPipeline:
     def __init__(self, trial: Trial, *, score_threshold: float | None = None) -> None:
         self.trial = trial
         self.score_threshold = score_threshold
-        self.env = Env(warm_up=False)
+        calls_llm = describe_endpoints(trial.configs) != "-"
+        self.env = Env(
+            warm_up=False, llm_cache=LLMCache(default_cache_root()) if calls_llm else None
+        )
         self._plans: dict[int, Plan] = {}
         self._index = self.plan(1).index_stages()
         self._live: dict[str, Any] = {}
+        self._derived: dict[str, Any] = {}  # derived index-time values, until the next change
+        reads_corpus = any("corpus" in s.inputs for s in self._index if self._is_derived(s))
+        self._corpus: dict[str, Document] | None = {} if reads_corpus else None
         # doc id → (content hash, chunk ids per chunks stage)
         self._docs: dict[str, tuple[str, dict[str, list[str]]]] = {}
 
@@ -232,12 +231,14 @@ class RAGPipeline:
         """
         store = RunStore(run)
         manifest = store.manifest()
-        trial = _find_trial(store, manifest, trial_id)
+        trial = find_trial(store, trial_id)
         dataset = manifest["dataset"]
         fmt = manifest["config"]["dataset"].get("format")
         labeled = load_dataset(dataset["path"], format=fmt, split=dataset["split"])
         pipeline = cls(trial)
         cache = StageCache(Path(manifest["cache_root"]))
+        if pipeline.env.llm_cache is not None:  # the run's LLM calls answer the pipeline's
+            pipeline.env.llm_cache = LLMCache(manifest["cache_root"])
         env = dataclasses.replace(pipeline.env, corpus=labeled.documents)
         env.embeddings = cache.embeddings
         sources = {"corpus": labeled.corpus_fingerprint}
@@ -246,6 +247,8 @@ class RAGPipeline:
         for stage in plan.index_stages():
             if stage.name in pipeline._kept():
                 pipeline._live[stage.name] = built[stage.name]
+        if pipeline._corpus is not None:
+            pipeline._corpus = {d.id: d for d in labeled.documents}
         pipeline._docs = pipeline._bookkeeping(labeled.documents)
         return pipeline
 
@@ -257,12 +260,34 @@ class RAGPipeline:
             self._plans[k] = compile_plan(self.trial.configs, k)
         return self._plans[k]
 
+    @staticmethod
+    def _is_derived(stage: Stage) -> bool:
+        """An index-time value recomputed from the live ones after a change (e.g. the sentence
+        windows of a ``window`` postprocess), rather than updated in place."""
+        return stage.area not in ("chunks", "doc_vectors") and stage.extend is None
+
     def _kept(self) -> set[str]:
         """Index-time stages kept live: chunk sets, indexes, and document vectors a query-time
         stage reads (only while they match the chunks; see ``_index_batch``)."""
         plan = self.plan(1)
         read = {i for s in plan.stages.values() if not s.index for i in s.inputs}
-        return {s.name for s in self._index if s.area != "doc_vectors" or s.name in read}
+        return {
+            s.name
+            for s in self._index
+            if not self._is_derived(s) and (s.area != "doc_vectors" or s.name in read)
+        }
+
+    def _value(self, name: str) -> Any:
+        """A live, derived or source value of an index-time stage."""
+        if name == "corpus":
+            return list((self._corpus or {}).values())
+        stage = self.plan(1).stages[name]
+        if not self._is_derived(stage):
+            return self._live.get(name)
+        if name not in self._derived:
+            inputs = [self._value(i) for i in stage.inputs]
+            self._derived[name] = stage.compute(self.env, *inputs)
+        return self._derived[name]
 
     @property
     def embedder(self) -> Embedder | None:
@@ -273,7 +298,7 @@ class RAGPipeline:
     @property
     def chunks(self) -> dict[str, Chunk]:
         """The indexed chunks by id (of the chunking results refer to)."""
-        chunks = self._live.get(self.plan(1).chunks)
+        chunks = self._value(self.plan(1).chunks) if self._docs else None
         return chunks.by_id if chunks is not None else {}
 
     @property
@@ -341,21 +366,24 @@ class RAGPipeline:
         except Exception as exc:  # keep the old versions, report the failure
             report.errors.extend((doc_id, f"embedding failed: {exc}") for doc_id in fresh)
             return
+        if self._corpus is not None:
+            self._corpus.update((doc.id, doc) for doc in docs if doc.id in fresh)
         old = {doc_id: self._docs[doc_id][1] for doc_id in fresh if doc_id in self._docs}
-        report.chunks_removed += sum(len(ids) for ids in _main(old, self.plan(1)).values())
+        report.chunks_removed += sum(len(ids.get(_CHUNKS, [])) for ids in old.values())
         self._drop(old)
         for stage in self._index:
-            self._extend(stage, batch, vectors)
+            if not self._is_derived(stage):
+                self._extend(stage, batch, vectors)
+        self._derived.clear()
         for doc in docs:
             if doc.id in fresh:
                 self._docs[doc.id] = (
                     doc.hash,
                     {s: [c.id for c in cs] for s, cs in fresh[doc.id].items()},
                 )
-        main = self.plan(1).chunks
         report.documents_indexed += len(fresh)
-        report.chunks_created += len(batch[main])
-        report.chunks_stored += len(batch[main])
+        report.chunks_created += len(batch[_CHUNKS])
+        report.chunks_stored += len(batch[_CHUNKS])
 
     def _feeds_index(self, stage: Stage) -> bool:
         return any(stage.name in s.inputs for s in self._index)
@@ -386,6 +414,7 @@ class RAGPipeline:
                 gone.setdefault(name, set()).update(ids)
         if not gone:
             return
+        self._derived.clear()
         for stage in self._index:
             live = self._live.get(stage.name)
             if live is None:
@@ -406,7 +435,9 @@ class RAGPipeline:
         if known is None:
             return 0
         self._drop({doc_id: known[1]})
-        return len(known[1].get(self.plan(1).chunks, []))
+        if self._corpus is not None:
+            self._corpus.pop(doc_id, None)
+        return len(known[1].get(_CHUNKS, []))
 
     # ------------------------------------------------------------ retrieval
 
@@ -417,13 +448,18 @@ class RAGPipeline:
         stage's seconds per query (metadata ``filter``: exact match)."""
         plan = self.plan(k)
         env = dataclasses.replace(self.env, queries=list(queries), filter=filter)
+        if not self._docs:  # nothing indexed: no hit
+            empty = np.full((len(queries), k), "", dtype=object)
+            return Retrieval(Ranking(empty, np.full((len(queries), k), -np.inf)))
         provided = {s.name: self._live.get(s.name) for s in self._index if s.name in self._kept()}
+        provided |= {s.name: self._value(s.name) for s in self._index if self._is_derived(s)}
         if any(provided.get(s.name) is None for s in self._index if s.area != "doc_vectors"):
             empty = np.full((len(queries), k), "", dtype=object)
             return Retrieval(Ranking(empty, np.full((len(queries), k), -np.inf)))
         execution = Execution(plan, env, provided=provided)
         ranking = apply_threshold(execution.output.head(k), self.score_threshold)
-        return Retrieval(ranking, execution.latency())
+        answers = execution[plan.answers].texts if plan.answers else None
+        return Retrieval(ranking, execution.latency(), answers)
 
     def retrieve(
         self, query: str, k: int = 5, filter: Mapping[str, Any] | None = None
@@ -435,6 +471,13 @@ class RAGPipeline:
             Hit(chunks[cid], score, rank)
             for rank, (cid, score) in enumerate(ranking.row(0), start=1)
         ]
+
+    def answer(self, question: str, k: int = 5) -> str:
+        """The trial's generator's answer to ``question`` (``ConfigError`` without one)."""
+        answers = self.search([question], k).answers
+        if answers is None:
+            raise ConfigError(f"trial {self.trial.label!r} has no generator to answer with")
+        return answers[0]
 
     def as_tool(
         self,
@@ -520,41 +563,14 @@ class RAGPipeline:
                 pipeline._live[stage.name] = stage.codec.load(folder)
         docs = json.loads((root / "documents.json").read_text("utf-8"))
         pipeline._docs = {d: (v["hash"], v["chunks"]) for d, v in docs.items()}
+        if pipeline._corpus is not None and (root / "corpus.json").is_file():
+            rows = json.loads((root / "corpus.json").read_text("utf-8"))
+            pipeline._corpus = {i: Document(i, text, meta) for i, text, meta in rows}
         return pipeline
 
     def __repr__(self) -> str:
         return f"RAGPipeline(documents={len(self._docs)}, chunks={len(self.chunks)})"
 
 
-def _main(old: Mapping[str, Mapping[str, list[str]]], plan: Plan) -> dict[str, list[str]]:
-    """Per document, its chunk ids in the chunking the results refer to."""
-    return {doc: ids.get(plan.chunks, []) for doc, ids in old.items()}
-
-
 def _folder(stage_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", stage_name)
-
-
-def _find_trial(store: RunStore, manifest: Mapping[str, Any], wanted: str) -> Trial:
-    """A finished trial of the run by id (or ``best`` on the first metric)."""
-    trials = store.trials()
-    ok = trials[trials["status"] == "ok"] if not trials.empty else trials
-    if ok.empty:
-        raise DataError(f"{store.path}: no finished trial")
-    if wanted == "best":
-        metric = manifest["config"]["evaluation"]["metrics"][0]
-        wanted = str(best_index(ok.set_index("trial_id")[metric], metric))
-    if wanted not in set(ok["trial_id"]):
-        listed = ", ".join(
-            f"{t} ({label})" for t, label in zip(ok["trial_id"], ok["label"], strict=True)
-        )
-        raise DataError(f"{store.path}: no finished trial {wanted!r}; finished: {listed}")
-    row = ok[ok["trial_id"] == wanted].iloc[0]
-    if "config" in ok.columns and isinstance(row["config"], str):
-        return pipeline_trial(json.loads(row["config"]))
-    dataset = {**manifest["config"]["dataset"], "path": manifest["dataset"]["path"]}
-    config = load_config({**manifest["config"], "dataset": dataset})
-    for trial in expand(config):
-        if trial.id == wanted:
-            return trial
-    raise DataError(f"{store.path}: trial {wanted!r} is not in the run's config any more")

@@ -46,9 +46,10 @@ _BUILTIN_MODULES: dict[str, tuple[str, ...]] = {
     "sparse": ("ragbench.index.sparse",),
     "fusion": ("ragbench.retrieve.fusion",),
     "reranker": ("ragbench.retrieve.rerank",),
-    "retriever": ("ragbench.retrieve.retriever",),
+    "retriever": ("ragbench.retrieve.retriever", "ragbench.retrieve.agentic"),
     "query": ("ragbench.retrieve.query",),
     "postprocess": ("ragbench.retrieve.postprocess",),
+    "generator": ("ragbench.retrieve.generate",),
 }
 
 
@@ -77,11 +78,15 @@ class ComponentConfig(BaseModel):
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def label(self) -> str:
-        """Short readable form: kind plus the options that differ from their defaults."""
+        """Short readable form: kind plus the options that differ from their defaults (but
+        those a class lists in ``unlabelled``, such as an endpoint's URL)."""
         parts = []
+        hidden: frozenset[str] = getattr(type(self), "unlabelled", frozenset())
         for name, info in type(self).model_fields.items():
             value = getattr(self, name)
-            if name == "kind" or value == info.get_default(call_default_factory=True):
+            if name == "kind" or name in hidden:
+                continue
+            if value == info.get_default(call_default_factory=True):
                 continue
             parts.append(f"{name}={_short(value)}")
         return f"{self.kind}({', '.join(parts)})" if parts else self.kind
@@ -91,11 +96,9 @@ def _short(value: Any) -> str:
     if isinstance(value, ComponentConfig):
         return value.label()
     if isinstance(value, BaseModel):
-        return (
-            "("
-            + ",".join(f"{k}={v}" for k, v in value.model_dump(exclude_defaults=True).items())
-            + ")"
-        )
+        hidden: frozenset[str] = getattr(type(value), "unlabelled", frozenset())
+        shown = value.model_dump(exclude_defaults=True, exclude=set(hidden))
+        return "(" + ",".join(f"{k}={v}" for k, v in shown.items()) + ")"
     if isinstance(value, tuple | list):
         return "[" + ",".join(_short(v) for v in value) + "]"
     return str(value)
@@ -293,6 +296,7 @@ for _axis in (
     Axis("retriever", 3, None, label=0),
     Axis("reranker", 4, {"kind": "none"}, label=4, prefix="rerank:"),
     Axis("postprocess", 5, {"kind": "none"}, optional=True, label=5, prefix="post:"),
+    Axis("generator", 10, {"kind": "none"}, optional=True, label=10, prefix="gen:"),
 ):
     register_axis(_axis)
 

@@ -108,7 +108,8 @@ def test_random_and_tpe_search() -> None:
         (
             {"retriever": [{"kind": "vector"}]},
             {},
-            "sweep.retriever[0].kind: unknown retriever kind 'vector'; allowed: bm25, dense",
+            "sweep.retriever[0].kind: unknown retriever kind 'vector'; "
+            "allowed: agentic, bm25, dense",
         ),
         (
             {"retriever": [{"kind": "bm25"}]},
@@ -128,7 +129,7 @@ def test_random_and_tpe_search() -> None:
         (
             {"chunker": [{"kind": "none"}]},
             {},
-            "sweep.retriever: at least one is needed (bm25, dense, hybrid)",
+            "sweep.retriever: at least one is needed (agentic, bm25, dense, hybrid)",
         ),
     ],
 )

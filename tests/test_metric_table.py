@@ -37,8 +37,8 @@ from tests.paths import REPO
 
 BUILT_IN_FORMS = (
     "ndcg@K, recall@K, precision@K (p@K), mrr, mrr@K, map, map@K, hit_rate@K (success@K), "
-    "r_precision, span_recall@K, span_precision@K, span_iou@K, recall@Ntok "
-    "(K and N positive integers)"
+    "r_precision, span_recall@K, span_precision@K, span_iou@K, recall@Ntok, exact_match, "
+    "token_f1, rouge_l, answer_supported, ragas:<Name> (K and N positive integers)"
 )
 
 

@@ -318,7 +318,7 @@ def test_llm_accepts_base_url_with_v1_and_sends_the_key(
 ) -> None:
     monkeypatch.setenv("RAGBENCH_TEST_JUDGE_API_KEY", "sk-test")
     reranker = llm(judge_url + "/v1/", credential="RAGBENCH_TEST_JUDGE_API_KEY", candidates=1)
-    assert reranker.url == judge_url + "/v1/chat/completions"
+    assert reranker.client.url == judge_url + "/v1" == llm(judge_url).client.url
     reranker.rerank(QUERIES[:1], Ranking(FIRST_STAGE.ids[:1], FIRST_STAGE.scores[:1]), TEXTS, 1)
     assert [auth for _, auth, _ in judge_server.requests] == ["Bearer sk-test"]
 
@@ -347,11 +347,11 @@ def test_llm_unparsable_reply_scores_zero_with_warning(
 
 def test_llm_http_error_names_url_and_status(judge_url: str) -> None:
     with pytest.raises(RerankError, match=r"HTTP 500") as info:
-        llm(judge_url, model="broken").rerank(QUERIES, FIRST_STAGE, TEXTS, 2)
-    assert f"{judge_url}/v1/chat/completions" in str(info.value)
+        llm(judge_url, model="broken", max_retries=1).rerank(QUERIES, FIRST_STAGE, TEXTS, 2)
+    assert f"{judge_url}/v1 (model broken)" in str(info.value)
     assert "upstream exploded" in str(info.value)
     with pytest.raises(RerankError, match="HTTP 404"):
-        llm(judge_url + "/elsewhere").rerank(QUERIES, FIRST_STAGE, TEXTS, 2)
+        llm(judge_url + "/elsewhere", max_retries=0).rerank(QUERIES, FIRST_STAGE, TEXTS, 2)
 
 
 def test_llm_unreachable_server_is_a_clear_error() -> None:
@@ -359,8 +359,8 @@ def test_llm_unreachable_server_is_a_clear_error() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
-    with pytest.raises(RerankError, match=f"cannot reach LLM judge at {url}"):
-        llm(url, timeout=2).rerank(QUERIES, FIRST_STAGE, TEXTS, 2)
+    with pytest.raises(RerankError, match=f"LLM judge: cannot reach {url}/v1"):
+        llm(url, timeout=2, max_retries=0).rerank(QUERIES, FIRST_STAGE, TEXTS, 2)
 
 
 def test_llm_limits_concurrency(judge_url: str, judge_server: JudgeServer) -> None:

@@ -1,5 +1,6 @@
 """Labeled retrieval sets: load them (BEIR, span-labeled, chunking_evaluation, DataFrames),
-check them, describe them, download the public BEIR sets, and read or write TREC files.
+check them, describe them, download the public BEIR sets, import ragas test sets, and read or
+write TREC files.
 
 ``load_dataset("demo")`` or ``load_dataset("path/to/set")`` is the usual entry point. Names are
 imported lazily, so ``import ragbench.data.labeled`` stays cheap.
@@ -22,6 +23,8 @@ _EXPORTS = {
     "load_spans": "ragbench.data.spans",
     "load_chunking_eval": "ragbench.data.chunking_eval",
     "from_frames": "ragbench.data.frames",
+    "RagasImport": "ragbench.data.ragas_import",
+    "import_ragas": "ragbench.data.ragas_import",
     "Problem": "ragbench.data.problems",
     "ValidationReport": "ragbench.data.validate",
     "validate_dataset": "ragbench.data.validate",

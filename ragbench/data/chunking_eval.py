@@ -16,15 +16,13 @@ every problem.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeGuard
 
 from ragbench.data.labeled import Evidence, LabeledSet, Qrels
-from ragbench.data.problems import Problem, ProblemLog, check_corpus
+from ragbench.data.problems import Problem, ProblemLog, check_corpus, csv_records
 from ragbench.errors import DataError
 from ragbench.text.loaders import MarkdownLoader
 from ragbench.types import Document, Query
@@ -69,7 +67,7 @@ def _read(root: Path, log: ProblemLog) -> LabeledSet:
     qrels: Qrels = {}
     evidence: dict[str, list[Evidence]] = {}
     questions = root / QUESTIONS
-    for row, line, record in _rows(questions, log):
+    for row, line, record in csv_records(questions, log, _COLUMNS):
         qid = f"q{row:04d}"
         at = f"row {row} ({qid})"
         doc = docs.get(f"{record['corpus_id']}.md")
@@ -107,32 +105,6 @@ def _read_corpora(corpora: Path, log: ProblemLog) -> list[Document]:
             log.warn(problem.path, None, f"not loaded: {problem.reason}")
     check_corpus(log, corpora, documents)
     return documents
-
-
-def _rows(file: Path, log: ProblemLog) -> Iterator[tuple[int, int, dict[str, str]]]:
-    """(1-based data row, line where it starts, record) of each CSV row."""
-    try:
-        with open(file, encoding="utf-8-sig", newline="") as handle:
-            reader = csv.DictReader(handle)
-            fieldnames = reader.fieldnames or []
-            missing = [c for c in _COLUMNS if c not in fieldnames]
-            if missing:
-                log.error(
-                    file,
-                    1,
-                    f"missing column(s) {', '.join(map(repr, missing))}; "
-                    f"found {', '.join(map(repr, fieldnames))}",
-                )
-                return
-            line = reader.line_num + 1
-            for row, record in enumerate(reader, start=1):
-                if any(record.get(c) is None for c in _COLUMNS):
-                    log.error(file, line, f"row {row}: expected {len(fieldnames)} fields")
-                else:
-                    yield row, line, record
-                line = reader.line_num + 1
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        log.error(file, None, f"cannot read the CSV: {exc}")
 
 
 def _references(

@@ -1,8 +1,11 @@
-"""A labeled retrieval set: corpus, queries, graded document qrels and optional span evidence.
+"""A labeled retrieval set: corpus, queries, graded document qrels, optional span evidence and
+optional reference answers.
 
 Labels live at the document level (``qrels``: query id → doc id → grade, as in BEIR / trec_eval)
 and, where known, at the character-span level (``evidence``), so that evaluation can project any
-chunker's rankings back onto them. ``fingerprint`` hashes the content and keys caches and runs.
+chunker's rankings back onto them. ``answers`` (query id → reference answer) are what answer
+metrics compare generated answers with. ``fingerprint`` hashes the content and keys caches and
+runs.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ class Evidence:
 
 @dataclass(eq=False)
 class LabeledSet:
-    """Documents, queries of one split, their qrels and (optionally) span evidence."""
+    """Documents, queries of one split, their qrels and (optionally) span evidence and
+    reference answers."""
 
     name: str
     documents: list[Document]
@@ -45,6 +49,7 @@ class LabeledSet:
     qrels: Qrels
     evidence: dict[str, list[Evidence]] = field(default_factory=dict)
     split: str = "test"
+    answers: dict[str, str] = field(default_factory=dict)
 
     @cached_property
     def doc_index(self) -> dict[str, Document]:
@@ -53,7 +58,9 @@ class LabeledSet:
 
     @cached_property
     def fingerprint(self) -> str:
-        """SHA-256 over documents, queries, qrels, evidence and split (order-independent ids)."""
+        """SHA-256 over documents, queries, qrels, evidence, split and reference answers
+        (order-independent ids). Answers enter only when there are any, so a set without them
+        keeps the fingerprint it had before sets could carry answers."""
         h = hashlib.sha256()
 
         def put(*parts: object) -> None:
@@ -73,6 +80,8 @@ class LabeledSet:
         for qid in sorted(self.evidence):
             for e in sorted(self.evidence[qid], key=lambda e: (e.doc_id, e.start, e.end)):
                 put("span", qid, e.doc_id, e.start, e.end, e.grade)
+        for qid in sorted(self.answers):
+            put("answer", qid, self.answers[qid])
         return h.hexdigest()
 
     @cached_property
@@ -90,6 +99,11 @@ class LabeledSet:
         """Whether span-level evaluation is possible."""
         return bool(self.evidence)
 
+    @property
+    def has_answers(self) -> bool:
+        """Whether any query has a reference answer (answer metrics need them)."""
+        return bool(self.answers)
+
     def subset(self, query_ids: Iterable[str]) -> LabeledSet:
         """The same corpus with only the given queries (in the given order)."""
         wanted = list(dict.fromkeys(query_ids))
@@ -101,6 +115,7 @@ class LabeledSet:
             qrels={q: self.qrels[q] for q in wanted if q in self.qrels},
             evidence={q: self.evidence[q] for q in wanted if q in self.evidence},
             split=self.split,
+            answers={q: self.answers[q] for q in wanted if q in self.answers},
         )
 
     def _repr_html_(self) -> str:
@@ -110,6 +125,7 @@ class LabeledSet:
             "queries": len(self.queries),
             "judgements": sum(map(len, self.qrels.values())),
             "evidence spans": sum(map(len, self.evidence.values())),
+            "reference answers": len(self.answers),
             "fingerprint": self.fingerprint[:16],
         }
         cells = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows.items())
@@ -119,5 +135,5 @@ class LabeledSet:
         return (
             f"LabeledSet({self.name!r}, split={self.split!r}, documents={len(self.documents)}, "
             f"queries={len(self.queries)}, judgements={sum(map(len, self.qrels.values()))}, "
-            f"spans={sum(map(len, self.evidence.values()))})"
+            f"spans={sum(map(len, self.evidence.values()))}, answers={len(self.answers)})"
         )

@@ -5,14 +5,16 @@ read as its format says (bad JSON, a missing field, an excerpt not in its docume
 log (the loaders') raises ``DataError`` at the first one. A *warning* is a problem the data
 survives (a judged document missing from the corpus, a duplicate id): loaders keep going and
 log one summary, ``ragbench.data.validate`` lists them all. ``text_lines`` and
-``jsonl_records`` read line-based files and record what they cannot read; ``check_corpus`` and
-``check_judged`` record what stops any run of a whole set (no documents, an id no run file can
-hold, a split without a relevant judgement), so that validating a set and running it agree.
+``jsonl_records`` read line-based files, ``csv_records`` CSV files with a header, and record what
+they cannot read; ``check_corpus`` and ``check_judged`` record what stops any run of a whole set
+(no documents, an id no run file can hold, a split without a relevant judgement), so that
+validating a set and running it agree.
 """
 
 from __future__ import annotations
 
 import codecs
+import csv
 import gzip
 import json
 import logging
@@ -31,6 +33,7 @@ __all__ = [
     "Severity",
     "check_corpus",
     "check_judged",
+    "csv_records",
     "jsonl_records",
     "text_lines",
 ]
@@ -122,6 +125,42 @@ def jsonl_records(path: Path, log: ProblemLog) -> Iterator[tuple[int, dict[str, 
             yield number, record
         else:
             log.error(path, number, f"expected a JSON object, found {type(record).__name__}")
+
+
+def csv_records(
+    path: Path, log: ProblemLog, columns: tuple[str, ...] = ()
+) -> Iterator[tuple[int, int, dict[str, str]]]:
+    """(1-based data row, line where it starts, record) of each non-blank row of a UTF-8 CSV
+    file with a header. A header without one of ``columns`` is recorded as an error (and nothing
+    is read); a row with more or fewer cells than the header is recorded and skipped."""
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, [])
+            missing = [c for c in columns if c not in header]
+            if missing:
+                log.error(
+                    path,
+                    1,
+                    f"missing column(s) {', '.join(map(repr, missing))}; "
+                    f"found {', '.join(map(repr, header))}",
+                )
+                return
+            row, line = 0, reader.line_num + 1
+            for cells in reader:
+                if cells:
+                    row += 1
+                    if len(cells) == len(header):
+                        yield row, line, dict(zip(header, cells, strict=True))
+                    else:
+                        log.error(
+                            path,
+                            line,
+                            f"row {row}: expected {len(header)} fields, found {len(cells)}",
+                        )
+                line = reader.line_num + 1
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        log.error(path, None, f"cannot read the CSV: {exc}")
 
 
 def check_corpus(log: ProblemLog, where: object, documents: Iterable[Document]) -> None:

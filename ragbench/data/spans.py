@@ -4,24 +4,25 @@
 its path relative to ``corpus/`` (``operations/retention.md``). ``queries.jsonl`` holds one query
 per line::
 
-    {"id": "q1", "text": "...", "type": "lexical", "split": "test",
+    {"id": "q1", "text": "...", "type": "lexical", "split": "test", "answer": "...",
      "evidence": [{"doc_id": "a.md", "text": "exact excerpt", "grade": 2},
                   {"doc_id": "b.md", "start": 10, "end": 42}],
      "qrels": {"c.md": 1}, "metadata": {...}}
 
-``type``, ``split`` (default ``"test"``), ``qrels`` and ``metadata`` are optional. Evidence is
-located by ``text``, which must occur exactly once in the document, or by character offsets
-``start`` < ``end`` (end-exclusive) into the document as loaded; when both are given they must
-agree (and the offsets then settle which occurrence is meant). An evidence grade defaults to 2
-(the document answers directly; 1 answers partly). The document-level qrels of a query are its
-evidence documents at their highest grade plus the explicit ``qrels``, which must not repeat an
-evidence document. ``type`` goes to ``Query.metadata["type"]``.
+``type``, ``split`` (default ``"test"``), ``answer``, ``qrels`` and ``metadata`` are optional.
+Evidence is located by ``text``, which must occur exactly once in the document, or by character
+offsets ``start`` < ``end`` (end-exclusive) into the document as loaded; when both are given they
+must agree (and the offsets then settle which occurrence is meant). An evidence grade defaults
+to 2 (the document answers directly; 1 answers partly). The document-level qrels of a query are
+its evidence documents at their highest grade plus the explicit ``qrels``, which must not repeat
+an evidence document. ``type`` goes to ``Query.metadata["type"]``; ``answer``, the query's
+reference answer (a non-empty string), goes to ``LabeledSet.answers``.
 
 Unreadable input (invalid JSON, an unknown key, an excerpt that is missing or ambiguous, bad
-offsets) raises ``DataError`` naming file, line, query and document. Problems the data
-survives are logged: a repeated query id keeps its first line, a query without judgements is
-left out, an explicit judgement of a document missing from ``corpus/`` is kept, files the
-directory loader skips are reported. ``check_spans`` lists them all.
+offsets, an empty answer) raises ``DataError`` naming file, line, query and document. Problems
+the data survives are logged: a repeated query id keeps its first line, a query without
+judgements is left out, an explicit judgement of a document missing from ``corpus/`` is kept,
+files the directory loader skips are reported. ``check_spans`` lists them all.
 """
 
 from __future__ import annotations
@@ -38,12 +39,12 @@ from ragbench.errors import DataError
 from ragbench.text.loaders import DirectoryLoader
 from ragbench.types import Document, Query
 
-__all__ = ["DEFAULT_EVIDENCE_GRADE", "check_spans", "is_spans", "load_spans"]
+__all__ = ["DEFAULT_EVIDENCE_GRADE", "check_spans", "is_spans", "load_spans", "read_corpus"]
 
 StrPath = str | os.PathLike[str]
 
 DEFAULT_EVIDENCE_GRADE = 2
-_QUERY_KEYS = ("id", "text", "type", "split", "evidence", "qrels", "metadata")
+_QUERY_KEYS = ("id", "text", "type", "split", "answer", "evidence", "qrels", "metadata")
 _EVIDENCE_KEYS = ("doc_id", "text", "start", "end", "grade")
 
 
@@ -75,6 +76,7 @@ def load_spans(path: StrPath, split: str = "test") -> LabeledSet:
         qrels=qrels,
         evidence={q.query.id: q.evidence for q in chosen if q.evidence},
         split=split,
+        answers={q.query.id: q.answer for q in chosen if q.answer is not None},
     )
 
 
@@ -96,6 +98,7 @@ class _Labeled:
     split: str
     qrels: dict[str, int]
     evidence: list[Evidence]
+    answer: str | None
 
 
 def _read(root: Path, log: ProblemLog) -> tuple[list[Document], list[_Labeled]]:
@@ -103,7 +106,7 @@ def _read(root: Path, log: ProblemLog) -> tuple[list[Document], list[_Labeled]]:
     corpus, queries_file = root / "corpus", root / "queries.jsonl"
     documents: list[Document] = []
     if corpus.is_dir():
-        documents = _read_corpus(corpus, log)
+        documents = read_corpus(corpus, log)
     else:
         log.error(corpus, None, "expected a directory of documents")
     if not queries_file.is_file():
@@ -132,7 +135,9 @@ def _read(root: Path, log: ProblemLog) -> tuple[list[Document], list[_Labeled]]:
     return documents, labeled
 
 
-def _read_corpus(corpus: Path, log: ProblemLog) -> list[Document]:
+def read_corpus(corpus: Path, log: ProblemLog) -> list[Document]:
+    """The documents under ``corpus`` as the span format reads them; files the directory loader
+    skips are warnings, an empty corpus or an id no run file can hold an error."""
     loader = DirectoryLoader(corpus)
     documents = list(loader)
     for problem in loader.report.problems:
@@ -171,9 +176,12 @@ def _query(record: dict[str, Any], at: _Where, docs: dict[str, Document]) -> _La
     fields = _checked(record, at, f"query {qid!r}", _QUERY_KEYS, _QUERY_TYPES)
     if fields is None:
         return None
-    text, qtype, split, items, explicit, metadata = fields
+    text, qtype, split, answer, items, explicit, metadata = fields
     if not text.strip():
         at.warn(f"query {qid!r} has no text")
+    if answer is not None and not answer.strip():
+        at.error(f"query {qid!r}: expected a non-empty string under 'answer', found {answer!r}")
+        return None
     evidence = [
         e for i, item in enumerate(items) if (e := _evidence(item, i, qid, at, docs)) is not None
     ]
@@ -183,7 +191,7 @@ def _query(record: dict[str, Any], at: _Where, docs: dict[str, Document]) -> _La
     if qrels is None:
         return None
     meta = {**metadata, "type": qtype} if qtype is not None else metadata
-    return _Labeled(Query(qid, text, meta), split, qrels, evidence)
+    return _Labeled(Query(qid, text, meta), split, qrels, evidence, answer)
 
 
 # key → (type, default; a default of ... means required)
@@ -191,6 +199,7 @@ _QUERY_TYPES: dict[str, tuple[type, Any]] = {
     "text": (str, ...),
     "type": (str, None),
     "split": (str, "test"),
+    "answer": (str, None),
     "evidence": (list, ...),
     "qrels": (dict, {}),
     "metadata": (dict, {}),

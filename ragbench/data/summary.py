@@ -1,4 +1,5 @@
-"""Counts that describe a labeled set: sizes, judgements per grade, spans, query types."""
+"""Counts that describe a labeled set: sizes, judgements per grade, spans, query types,
+reference answers."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ class DatasetSummary:
     spans: int
     mean_span_chars: float | None
     query_types: dict[str, int]
+    answers: int
     fingerprint: str
 
 
@@ -41,5 +43,6 @@ def summarize(data: LabeledSet) -> DatasetSummary:
         spans=len(lengths),
         mean_span_chars=sum(lengths) / len(lengths) if lengths else None,
         query_types=dict(types.most_common()),
+        answers=len(data.answers),
         fingerprint=data.fingerprint,
     )

@@ -30,6 +30,7 @@ from ragbench.errors import ConfigError
 from ragbench.evaluate.metrics import (
     Metric,
     MetricSpec,
+    _ranking_metrics,
     _ratio,
     evaluate,
     parse_metrics,
@@ -373,12 +374,12 @@ def evaluate_chunks(
     (``span_*@k``, ``recall@Ntok``) always use the span evidence (``span_metrics``). Rank-level
     metrics use the projection of ``level``: ``document`` (document qrels,
     ``document_ranking``) or ``chunk`` (``chunk_qrels`` with ``min_overlap``); evaluation level
-    ``span`` takes span-level metrics only.
+    ``span`` takes span-level metrics only; answer metrics go to ``evaluate_answers``.
     ``depth`` cuts the projected ranking (documents or chunks) to that many results.
     """
     if level not in _LEVELS:
         raise ConfigError(f"unknown evaluation level {level!r}; allowed: {', '.join(_LEVELS)}")
-    parsed = parse_metrics(metrics)
+    parsed = _ranking_metrics(metrics)
     ranked = [m for m in parsed if m.level == "rank"]
     if ranked and level == "span":
         raise ConfigError(

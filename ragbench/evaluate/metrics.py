@@ -10,6 +10,11 @@ case-insensitive; canonical names are lowercase. The rank metrics registered her
 ``hit_rate@k`` (``success@k``), ``r_precision``. The span metrics ``span_recall@k``,
 ``span_precision@k``, ``span_iou@k`` and ``recall@Ntok`` need chunk offsets and span evidence:
 they register in ``ragbench.evaluate.labels``, which the table imports when a lookup misses.
+Answer metrics (level ``answer``: ``exact_match``, ``token_f1``, ``rouge_l``,
+``answer_supported``) score generated answers and register in ``ragbench.evaluate.answers``, as
+does the namespace ``ragas:<Name>`` (``register_namespace``: metrics another library defines,
+resolved on first use, spelled as that library spells them). Both compute through
+``evaluate_answers`` only.
 
 trec_eval semantics: each query's results are ordered by score descending, then document id
 descending (byte order), whatever order they come in; a repeated id keeps its first occurrence.
@@ -53,7 +58,9 @@ __all__ = [
     "Judgements",
     "Metric",
     "MetricLevel",
+    "MetricNamespace",
     "MetricSpec",
+    "Need",
     "RankKernel",
     "RankedHits",
     "allowed_forms",
@@ -67,19 +74,24 @@ __all__ = [
     "parse_metric",
     "parse_metrics",
     "register_metric",
+    "register_namespace",
     "relevant_query_ids",
     "unregister_metric",
 ]
 
 Cutoff = Literal["required", "optional", "none", "budget"]
-MetricLevel = Literal["rank", "span"]
+MetricLevel = Literal["rank", "span", "answer"]
+Need = Literal["response", "reference", "reference_contexts", "reference_ids", "llm", "embeddings"]
 
 _Key = TypeVar("_Key")
-_WORD = re.compile(r"[a-z_]+")
-_PATTERN = re.compile(r"(?P<name>[a-z_]+)(?:@(?P<k>\d+)(?P<tok>tok)?)?")
+_Value = TypeVar("_Value")
+_WORD = re.compile(r"[a-z_][a-z0-9_]*")
+_NAME = re.compile(r"[a-z_][a-z0-9_]*(?::[A-Za-z][A-Za-z0-9_]*)?")  # family or <namespace>:<Name>
+_PATTERN = re.compile(r"(?P<name>[a-z_][a-z0-9_]*)(?:@(?P<k>\d+)(?P<tok>tok)?)?")
 _FORMS = {"required": "{}@K", "optional": "{0}, {0}@K", "none": "{}", "budget": "{}@Ntok"}
 # modules registering built-in metrics that cannot live here, imported when a lookup misses
-_BUILTIN_MODULES = ["ragbench.evaluate.labels"]
+# (popped from the end: span metrics, then answer metrics and the ragas namespace)
+_BUILTIN_MODULES = ["ragbench.evaluate.answers", "ragbench.evaluate.labels"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +106,12 @@ class MetricSpec:
     ``level``: ``rank`` metrics score a ranking of documents or chunks (by the evaluation level)
     against graded qrels, ``kernel(hits, judged, k, n)`` (``RankKernel``); ``span`` metrics score
     the characters of the retrieved chunks against span evidence at every evaluation level,
-    ``kernel(coverage)`` (``ragbench.evaluate.labels.SpanKernel``). Kernels return one float per
-    query. ``higher_is_better``: the direction used to pick best trials. ``doc``: one line.
+    ``kernel(coverage)`` (``ragbench.evaluate.labels.SpanKernel``); ``answer`` metrics score
+    generated answers, ``kernel(samples, judges)`` (``ragbench.evaluate.answers.AnswerKernel``),
+    take no cutoff and declare in ``needs`` what a sample or the caller must provide (``Need``:
+    an answer, a reference answer, reference contexts or ids, an LLM judge, embeddings). Kernels
+    return one float per query. ``higher_is_better``: the direction used to pick best trials.
+    ``doc``: one line.
     """
 
     name: str
@@ -106,11 +122,15 @@ class MetricSpec:
     higher_is_better: bool = True
     aliases: tuple[str, ...] = ()
     written_as: str = ""
+    needs: frozenset[Need] = frozenset()
 
     def __post_init__(self) -> None:
-        bad = [s for s in (self.name, *self.spellings) if not _WORD.fullmatch(s)]
+        bad = [s for s in (self.name, *self.spellings) if not _NAME.fullmatch(s)]
         if bad:
-            raise ValueError(f"metric {self.name!r}: names must be lowercase [a-z_]+, got {bad}")
+            raise ValueError(
+                f"metric {self.name!r}: names must be lowercase [a-z_][a-z0-9_]* (or "
+                f"<namespace>:<Name>), got {bad}"
+            )
         if self.cutoff not in get_args(Cutoff) or self.level not in get_args(MetricLevel):
             raise ValueError(
                 f"metric {self.name!r}: cutoff must be one of {get_args(Cutoff)} and level one "
@@ -118,6 +138,14 @@ class MetricSpec:
             )
         if self.cutoff == "budget" and self.level != "span":
             raise ValueError(f"metric {self.name!r}: a token budget needs level 'span'")
+        if self.level == "answer" and self.cutoff != "none":
+            raise ValueError(f"metric {self.name!r}: answer metrics take no cutoff ('none')")
+        unknown = sorted(self.needs - set(get_args(Need)))
+        if unknown or (self.needs and self.level != "answer"):
+            raise ValueError(
+                f"metric {self.name!r}: needs are for answer metrics and within "
+                f"{get_args(Need)}, got {sorted(self.needs)}"
+            )
         if not self.doc.strip() or "\n" in self.doc:
             raise ValueError(f"metric {self.name!r}: doc must be one non-empty line")
 
@@ -133,8 +161,30 @@ class MetricSpec:
         return f"{main} ({', '.join(others)})" if others else main
 
 
+@dataclass(frozen=True, slots=True)
+class MetricNamespace:
+    """Metric families another library defines, written ``<prefix>:<Name>``
+    (``ragas:Faithfulness``) and resolved on first use rather than listed in the table.
+
+    ``names``: the accepted Names, spelled as the library spells them (metric strings may use
+    any case; the canonical name keeps the library's). ``spec(Name)``: the family's row (level
+    ``answer``, named ``<prefix>:<Name>``), built once when a metric of it is first looked up.
+    """
+
+    prefix: str
+    names: tuple[str, ...]
+    spec: Callable[[str], MetricSpec]
+
+    @property
+    def forms(self) -> str:
+        """How metric strings write the namespace's metrics, e.g. ``ragas:<Name>``."""
+        return f"{self.prefix}:<Name>"
+
+
 _TABLE: dict[str, MetricSpec] = {}
 _SPELLINGS: dict[tuple[str, bool], MetricSpec] = {}  # (spelling, with a token budget) → spec
+_NAMESPACES: dict[str, MetricNamespace] = {}
+_RESOLVED: dict[str, MetricSpec] = {}  # "<prefix>:<Name>" → the spec its namespace built
 
 
 def _load_builtins() -> None:
@@ -144,7 +194,7 @@ def _load_builtins() -> None:
         importlib.import_module(_BUILTIN_MODULES.pop())
 
 
-def _lookup(table: Mapping[_Key, MetricSpec], key: _Key) -> MetricSpec | None:
+def _lookup(table: Mapping[_Key, _Value], key: _Key) -> _Value | None:
     """``table[key]``, loading the built-in metrics defined elsewhere when it is missing."""
     if key not in table:
         _load_builtins()
@@ -154,6 +204,10 @@ def _lookup(table: Mapping[_Key, MetricSpec], key: _Key) -> MetricSpec | None:
 def _add(spec: MetricSpec) -> MetricSpec:
     """Put ``spec`` in the table unless its name or a spelling is taken (no lazy loading: the
     built-ins of this module register this way while it is imported)."""
+    if ":" in spec.name or any(":" in s for s in spec.spellings):
+        raise ValueError(
+            f"metric {spec.name!r}: names with ':' belong to a namespace (register_namespace)"
+        )
     keys = [(s, spec.cutoff == "budget") for s in spec.spellings]
     taken = [f"{s!r} (by {_SPELLINGS[s, b].name!r})" for s, b in keys if (s, b) in _SPELLINGS]
     if spec.name in _TABLE or taken:
@@ -174,6 +228,21 @@ def register_metric(spec: MetricSpec) -> MetricSpec:
     return _add(spec)
 
 
+def register_namespace(namespace: MetricNamespace) -> MetricNamespace:
+    """Accept the metric strings ``<prefix>:<Name>`` of ``namespace`` (each computes through
+    the spec the namespace builds for it). Raises ``ValueError`` when the prefix is taken or
+    not lowercase [a-z_][a-z0-9_]*, or a Name is not an identifier. Returns ``namespace``."""
+    _load_builtins()
+    bad = [n for n in namespace.names if not _NAME.fullmatch(f"{namespace.prefix}:{n}")]
+    if not _WORD.fullmatch(namespace.prefix) or bad or namespace.prefix in _NAMESPACES:
+        raise ValueError(
+            f"metric namespace {namespace.prefix!r}: the prefix must be new and lowercase "
+            f"[a-z_][a-z0-9_]* and the names identifiers (bad: {bad})"
+        )
+    _NAMESPACES[namespace.prefix] = namespace
+    return namespace
+
+
 def unregister_metric(name: str) -> MetricSpec:
     """Remove the metric family ``name`` from the table (e.g. after a test); returns its spec.
     Raises ``KeyError`` when no such family is registered."""
@@ -191,9 +260,27 @@ def metric_table() -> Mapping[str, MetricSpec]:
 
 
 def allowed_forms() -> str:
-    """Every metric string form the table accepts, as error messages list them."""
-    forms = ", ".join(spec.forms for spec in metric_table().values())
+    """Every metric string form the table and the namespaces accept, as error messages list
+    them: rank, span, then answer metrics, each level in registration order."""
+    levels = get_args(MetricLevel)
+    families = sorted(metric_table().values(), key=lambda spec: levels.index(spec.level))
+    namespaces = [space.forms for space in _NAMESPACES.values()]
+    forms = ", ".join([*(spec.forms for spec in families), *namespaces])
     return f"{forms} (K and N positive integers)"
+
+
+def _family(name: str) -> MetricSpec | None:
+    """The spec of family ``name``: a row of the table, or ``<prefix>:<Name>`` built by its
+    namespace (once)."""
+    prefix, colon, member = name.partition(":")
+    if not colon:
+        return _lookup(_TABLE, name)
+    if name not in _RESOLVED:
+        space = _lookup(_NAMESPACES, prefix)
+        if space is None or member not in space.names:
+            return None
+        _RESOLVED[name] = space.spec(member)
+    return _RESOLVED[name]
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,14 +299,15 @@ class Metric:
     @property
     def spec(self) -> MetricSpec:
         """The metric table row of the family."""
-        spec = _lookup(_TABLE, self.family)
+        spec = _family(self.family)
         if spec is None:
             raise ConfigError(f"metric {self.name!r}: no metric family {self.family!r}")
         return spec
 
     @property
     def level(self) -> MetricLevel:
-        """``rank`` (a ranking against qrels) or ``span`` (chunk offsets against evidence)."""
+        """``rank`` (a ranking against qrels), ``span`` (chunk offsets against evidence) or
+        ``answer`` (a generated answer, see ``ragbench.evaluate.answers``)."""
         return self.spec.level
 
     @property
@@ -237,12 +325,15 @@ class Metric:
 
 
 def parse_metric(spec: str | Metric) -> Metric:
-    """Parse a metric string such as ``nDCG@10``, ``p@5`` or ``recall@2000tok``.
+    """Parse a metric string such as ``nDCG@10``, ``p@5``, ``recall@2000tok``, ``token_f1`` or
+    ``ragas:Faithfulness``.
 
     Raises ``ConfigError`` naming the string and listing the allowed forms.
     """
     if isinstance(spec, Metric):
         return spec
+    if ":" in str(spec):
+        return _parse_namespaced(str(spec))
     match = _PATTERN.fullmatch(str(spec).strip().lower())
     budget = bool(match and match["tok"])
     found = _lookup(_SPELLINGS, (match["name"], budget)) if match else None
@@ -269,6 +360,24 @@ def parse_metric(spec: str | Metric) -> Metric:
     if budget:
         return Metric(f"{written}@{k}tok", found.name, budget=k)
     return Metric(written if k is None else f"{written}@{k}", found.name, k=k)
+
+
+def _parse_namespaced(spec: str) -> Metric:
+    """Parse ``<prefix>:<Name>`` (any case) to the namespace's spelling of Name."""
+    prefix, _, member = spec.strip().partition(":")
+    space = _lookup(_NAMESPACES, prefix.strip().lower())
+    if space is None:
+        raise ConfigError(f"unknown metric {spec!r}; allowed forms: {allowed_forms()}")
+    if "@" in member:
+        raise ConfigError(f"metric {spec!r} takes no cutoff; allowed forms: {allowed_forms()}")
+    found = {n.lower(): n for n in space.names}.get(member.strip().lower())
+    if found is None:
+        raise ConfigError(
+            f"unknown metric {spec!r}; allowed forms: {space.forms} with Name one of "
+            f"{', '.join(space.names)}"
+        )
+    name = f"{space.prefix}:{found}"
+    return Metric(name, name)
 
 
 def higher_is_better(name: str) -> bool:
@@ -364,8 +473,21 @@ def evaluate_run(
     return pd.DataFrame(values, index=pd.Index(list(query_ids), name="query_id"))
 
 
-def _rank_metrics(metrics: Sequence[str | Metric]) -> list[Metric]:
+def _ranking_metrics(metrics: Sequence[str | Metric]) -> list[Metric]:
+    """Parse metrics that score a ranking (rank or span level); an answer metric is a
+    ``ConfigError`` pointing to ``evaluate_answers``."""
     parsed = parse_metrics(metrics)
+    for m in parsed:
+        if m.level == "answer":
+            raise ConfigError(
+                f"metric {m.name!r} scores generated answers, not a ranking; use "
+                "ragbench.evaluate.answers.evaluate_answers"
+            )
+    return parsed
+
+
+def _rank_metrics(metrics: Sequence[str | Metric]) -> list[Metric]:
+    parsed = _ranking_metrics(metrics)
     for m in parsed:
         if m.level != "rank":
             raise ConfigError(

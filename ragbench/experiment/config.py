@@ -37,8 +37,17 @@ from pydantic import (
 )
 
 from ragbench.errors import ConfigError
+from ragbench.evaluate.answers import needs
 from ragbench.evaluate.metrics import parse_metrics
-from ragbench.registry import Axis, ComponentConfig, axes, components, format_validation_error
+from ragbench.llm.client import LLMConfig, Price
+from ragbench.registry import (
+    Axis,
+    ComponentConfig,
+    axes,
+    component_field,
+    components,
+    format_validation_error,
+)
 
 __all__ = [
     "DatasetSpec",
@@ -70,6 +79,11 @@ class EvaluationSpec(_Strict):
     are retrieved per query (default: ``depth``, or ``3 * depth`` for document-level evaluation
     of chunked corpora so that ``recall@depth`` still sees ``depth`` documents).
 
+    Answer-level metrics (``token_f1``, ``ragas:Faithfulness``, ...) score each trial's answers
+    with the chunks its generator used, or — for context metrics of trials without a generator —
+    the top ``context_k`` chunks. ``llm`` is the judge LLM ragas' LLM metrics call, ``embedder``
+    the embedder of the metrics that embed (default: the sentence-transformers default model).
+
     Honest selection: with ``select_on`` the sweep runs on that split and the best trial per
     metric is then scored once on ``report_on``; with ``folds`` instead, each query is scored by
     the trial chosen on the other folds (k-fold cross-validation over the sweep split).
@@ -85,6 +99,9 @@ class EvaluationSpec(_Strict):
     report_on: str | None = None
     folds: int | None = Field(None, ge=2)
     fold_seed: int = 0
+    context_k: int = Field(5, gt=0)
+    llm: LLMConfig | None = None
+    embedder: component_field("embedder") | None = None  # type: ignore[valid-type]
 
     @model_validator(mode="after")
     def _selection(self) -> EvaluationSpec:
@@ -128,6 +145,8 @@ class ExperimentConfig(_Strict):
     baseline: str | None = None
     sweep: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
     search: SearchSpec = SearchSpec()
+    prices: dict[str, Price] = Field(default_factory=dict)
+    """US dollars per million input and output tokens, by model name (cost columns)."""
     base_dir: Path = Path(".")
 
     @field_validator("sweep", mode="before")
@@ -323,6 +342,23 @@ def make_trial(picked: Mapping[str, ComponentConfig]) -> Trial:
     return Trial(kept)
 
 
+def trial_of(spec: Mapping[str, Any], where: str = "trial") -> Trial:
+    """The trial of a mapping of one component spec per axis (a trial's effective config, or
+    a pipeline spec); axes it leaves out take their defaults, unknown keys and a missing
+    required axis are ``ConfigError``s naming ``where``."""
+    known = {a.name: a for a in axes()}
+    unknown = sorted(set(spec) - set(known))
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}: unknown key; allowed: {', '.join(known)}")
+    picked = {}
+    for name, axis in known.items():
+        value = spec.get(name, axis.default)
+        if value is None:
+            raise ConfigError(f"{where}.{name}: required")
+        picked[name] = components(name).parse(value, f"{where}.{name}")
+    return make_trial(picked)
+
+
 def _default(axis: Axis) -> ComponentConfig | None:
     return None if axis.default is None else components(axis.name).parse(dict(axis.default))
 
@@ -493,7 +529,27 @@ def expand(config: ExperimentConfig) -> list[Trial]:
         trials = [trials[i] for i in picked]
     if config.baseline is not None:
         find_baseline(trials, config.baseline)
+    _check_answer_metrics(config, trials)
     return trials
+
+
+def _check_answer_metrics(config: ExperimentConfig, trials: Sequence[Trial]) -> None:
+    """Answer metrics need answers from every trial, and LLM metrics a judge."""
+    for metric in parse_metrics(config.evaluation.metrics):
+        if metric.level != "answer":
+            continue
+        wanted = needs(metric)
+        if "llm" in wanted and config.evaluation.llm is None:
+            raise ConfigError(
+                f"evaluation.metrics: {metric.name} asks an LLM judge; set evaluation.llm "
+                "(base_url, model, credential)"
+            )
+        bare = [t.label for t in trials if t.get("generator") is None]
+        if "response" in wanted and bare:
+            raise ConfigError(
+                f"evaluation.metrics: {metric.name} scores answers, and {len(bare)} trial(s) "
+                f"have no generator (e.g. {bare[0]!r}); add sweep.generator"
+            )
 
 
 def find_baseline(trials: Sequence[Trial], wanted: str) -> Trial:

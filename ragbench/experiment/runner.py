@@ -30,18 +30,18 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ragbench.endpoints import describe_endpoints
-from ragbench.errors import ConfigError
-from ragbench.evaluate.metrics import best_first, parse_metrics
-from ragbench.experiment.config import ExperimentConfig, expand, load_config
+from ragbench.errors import ConfigError, DataError
+from ragbench.evaluate.metrics import best_first, best_index, parse_metrics
+from ragbench.experiment.config import ExperimentConfig, Trial, expand, load_config, trial_of
 from ragbench.experiment.executors import execute
 from ragbench.experiment.selection import select
-from ragbench.experiment.store import RunStore, TrialResult
+from ragbench.experiment.store import RUN_TABLES, RunStore, TrialResult
 from ragbench.experiment.tpe import tpe_trials
 from ragbench.experiment.trial import EXCERPT, Context, RunSpec, context
 from ragbench.index.cache import default_cache_root
 from ragbench.models import check_models
 
-__all__ = ["RunResult", "dry_run", "run"]
+__all__ = ["RunResult", "dry_run", "find_trial", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +79,8 @@ class RunResult:
 
     @property
     def metrics(self) -> list[str]:
-        """The evaluated metrics, in config order."""
-        return list(self.manifest["config"]["evaluation"]["metrics"])
+        """The evaluated metrics, in config order (skipped ones left out)."""
+        return RunStore(self.path).metrics()
 
     def table(self) -> pd.DataFrame:
         """Trials sorted by the first metric, with metrics and latency columns."""
@@ -150,6 +150,7 @@ def _queries_frame(ctx: Context) -> pd.DataFrame:
                 "text": text,
                 "qrels": json.dumps(labeled.qrels.get(qid, {})),
                 "evidence": json.dumps(evidence, ensure_ascii=False),
+                "reference": labeled.answers.get(qid),
             }
         )
     return pd.DataFrame(rows)
@@ -225,6 +226,8 @@ def run(
                 "key": ctx.queries_key,
             },
             "evaluation": cfg.evaluation.model_dump(mode="json"),
+            "metrics": ctx.metrics,
+            "skipped_metrics": ctx.skipped,
             "trials": {t.id: t.label for t in trials},
             "cache_root": spec.cache_root,
             "versions": _versions(),
@@ -239,7 +242,7 @@ def run(
                 )
             _compatible(store.manifest(), manifest, store.path)
         elif store.exists():
-            for name in ("trials.parquet", "per_query.parquet", "curves.parquet", "selection.json"):
+            for name in (*RUN_TABLES, "selection.json"):
                 (store.path / name).unlink(missing_ok=True)
         store.write_manifest(manifest)
         store.write_queries(_queries_frame(ctx))
@@ -272,6 +275,33 @@ def run(
         manifest["seconds"] = time.perf_counter() - started
         store.write_manifest(manifest)
         return RunResult(store.path)
+
+
+def find_trial(run: str | Path | RunStore, wanted: str) -> Trial:
+    """A finished trial of a run directory, by id or ``best`` (the best on the run's first
+    metric)."""
+    store = run if isinstance(run, RunStore) else RunStore(run)
+    trials = store.trials()
+    ok = trials[trials["status"] == "ok"] if not trials.empty else trials
+    if ok.empty:
+        raise DataError(f"{store.path}: no finished trial")
+    if wanted == "best":
+        metric = store.metrics()[0]
+        wanted = str(best_index(ok.set_index("trial_id")[metric], metric))
+    if wanted not in set(ok["trial_id"]):
+        listed = ", ".join(
+            f"{t} ({label})" for t, label in zip(ok["trial_id"], ok["label"], strict=True)
+        )
+        raise DataError(f"{store.path}: no finished trial {wanted!r}; finished: {listed}")
+    row = ok[ok["trial_id"] == wanted].iloc[0]
+    if "config" in ok.columns and isinstance(row["config"], str):
+        return trial_of(json.loads(row["config"]))
+    manifest = store.manifest()  # a run from before trials recorded their config
+    dataset = {**manifest["config"]["dataset"], "path": manifest["dataset"]["path"]}
+    for trial in expand(load_config({**manifest["config"], "dataset": dataset})):
+        if trial.id == wanted:
+            return trial
+    raise DataError(f"{store.path}: trial {wanted!r} is not in the run's config any more")
 
 
 def dry_run(

@@ -54,7 +54,7 @@ def _splits(spec: RunSpec, trials: Sequence[Trial], store: RunStore) -> tuple[di
     config = spec.config
     table = store.trials()
     by_id = {t.id: t for t in trials}
-    chosen = {m: _best(table, m) for m in config.evaluation.metrics}
+    chosen = {m: _best(table, m) for m in context(spec).metrics}
     baseline = find_baseline(trials, config.baseline).id if config.baseline else None
     report_spec = RunSpec(config, spec.limit_queries, spec.cache_root, config.evaluation.report_on)
     query_ids = context(report_spec).query_ids
@@ -113,7 +113,7 @@ def _folds(spec: RunSpec, trials: Sequence[Trial], store: RunStore) -> tuple[dic
         "chosen": {},
     }
     frames = []
-    for metric in evaluation.metrics:
+    for metric in context(spec).metrics:
         values = (
             per_query[per_query["metric"] == metric]
             .pivot(index="query_id", columns="trial_id", values="value")

@@ -6,8 +6,11 @@
 <out>/per_query.parquet    trial_id, query_id, metric, value
 <out>/curves.parquet       trial_id, metric (family), k, value: mean metric@k for k = 1..depth
 <out>/queries.parquet      query_id, text, judged documents and evidence (for drill-downs)
+<out>/answers.parquet      trial_id, query_id, answer, chunk ids, seconds, tokens, cost
+                           (trials with a generator)
 <out>/runs/<trial>.trec    the trial's ranking at the evaluated level (trec_eval format)
 <out>/runs/<trial>.top.parquet   top chunks per query with text excerpts
+<out>/runs/<trial>.traces.json   per stage and query, what a loop did (agentic retrievers)
 <out>/selection.json, selection_per_query.parquet   honest selection (when configured)
 ```
 A trial is committed by atomic writes — run files, then ``per_query.parquet`` and
@@ -41,9 +44,9 @@ from ragbench.errors import ConfigError, DataError, RagbenchError
 from ragbench.retrieve.timed import percentiles_ms
 from ragbench.types import Ranking
 
-__all__ = ["RunStore", "TrialResult", "write_failure"]
+__all__ = ["RUN_TABLES", "RunStore", "TrialResult", "write_failure"]
 
-_TABLES = ("trials.parquet", "per_query.parquet", "curves.parquet")
+RUN_TABLES = ("trials.parquet", "per_query.parquet", "curves.parquet", "answers.parquet")
 
 
 @dataclass
@@ -66,6 +69,11 @@ class TrialResult:
     ranking: Ranking | None = None
     top: pd.DataFrame | None = None
     curves: dict[str, np.ndarray] = field(default_factory=dict)
+    answers: pd.DataFrame | None = None
+    usage: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    llm_requests: int = 0
+    counters: dict[str, np.ndarray] = field(default_factory=dict)
+    traces: dict[str, list[Any]] = field(default_factory=dict)
 
     def row(self, query_ids: Sequence[str]) -> dict[str, Any]:
         """The trials.parquet row: params, mean metrics, latency p50/p95 (ms/query), costs."""
@@ -78,14 +86,28 @@ class TrialResult:
             **{f"param.{k}": v for k, v in self.params.items()},
         }
         for metric, values in self.per_query.items():
-            row[metric] = float(np.mean(values)) if len(values) else float("nan")
+            # mean over the queries the metric could score (an answer metric may skip some)
+            scored = np.asarray(values, dtype=np.float64)
+            scored = scored[~np.isnan(scored)]
+            row[metric] = float(scored.mean()) if len(scored) else float("nan")
         total = np.zeros(len(query_ids))
         for stage, seconds in self.latency.items():
             total = total + seconds if len(seconds) == len(total) else total
             row[f"latency.{stage}.p50_ms"], row[f"latency.{stage}.p95_ms"] = percentiles_ms(seconds)
         if self.latency:
             row["latency.total.p50_ms"], row["latency.total.p95_ms"] = percentiles_ms(total)
+        cost = np.zeros(len(query_ids))
+        for stage, spent in self.usage.items():
+            row[f"tokens.{stage}.prompt"] = float(np.mean(spent["prompt_tokens"]))
+            row[f"tokens.{stage}.completion"] = float(np.mean(spent["completion_tokens"]))
+            row[f"cost.{stage}"] = float(np.mean(spent["cost"]))
+            cost = cost + spent["cost"]
+        if self.usage:
+            row["cost.total"] = float(np.mean(cost))  # US dollars per query; NaN without prices
+        for name, values in self.counters.items():
+            row[name] = float(np.mean(values))  # e.g. agentic.rounds: mean per query
         row |= {
+            "llm_requests": self.llm_requests,
             "index_build_s": self.index_build_s,
             "peak_rss_mb": self.peak_rss_mb,
             "cache_hits": self.cache_hits,
@@ -94,6 +116,18 @@ class TrialResult:
             "queries": len(query_ids),
         }
         return row
+
+
+def _answers(result: TrialResult) -> pd.DataFrame:
+    """The answers.parquet rows of a trial, with its generator's tokens and cost per query."""
+    frame = result.answers.copy() if result.answers is not None else pd.DataFrame()
+    frame.insert(0, "trial_id", result.trial_id)
+    spent = result.usage.get("generate")
+    if spent is not None:
+        frame["prompt_tokens"] = spent["prompt_tokens"]
+        frame["completion_tokens"] = spent["completion_tokens"]
+        frame["cost"] = spent["cost"]
+    return frame
 
 
 def _uniform(frame: pd.DataFrame) -> pd.DataFrame:
@@ -194,6 +228,11 @@ class RunStore:
         finally:
             lock.release()
 
+    def metrics(self) -> list[str]:
+        """The metrics the run evaluated, in config order (those it had to skip left out)."""
+        manifest = self.manifest()
+        return list(manifest.get("metrics") or manifest["config"]["evaluation"]["metrics"])
+
     def write_manifest(self, manifest: Mapping[str, Any]) -> None:
         """Write ``manifest.json`` atomically."""
         self.path.mkdir(parents=True, exist_ok=True)
@@ -228,6 +267,11 @@ class RunStore:
     def per_query(self) -> pd.DataFrame:
         """Per-query values of finished trials."""
         return self._table("per_query", ["trial_id", "query_id", "metric", "value"])
+
+    def answers(self) -> pd.DataFrame:
+        """Answers of finished trials with a generator: trial_id, query_id, answer, chunk ids
+        (JSON), seconds, and tokens and cost per query where the generator spent any."""
+        return self._table("answers", ["trial_id", "query_id", "answer", "chunk_ids", "seconds"])
 
     def curves(self) -> pd.DataFrame:
         """Mean metric@k curves of finished trials."""
@@ -264,6 +308,14 @@ class RunStore:
             )
         if result.top is not None:
             _atomic_parquet(result.top, runs / f"{result.trial_id}.top.parquet")
+        if result.traces:
+            traces = {
+                stage: dict(zip(query_ids, per_query, strict=True))
+                for stage, per_query in result.traces.items()
+            }
+            _atomic_text(
+                json.dumps(traces, ensure_ascii=False), runs / f"{result.trial_id}.traces.json"
+            )
         trials = self.trials()
         keep = set(trials["trial_id"]) - {result.trial_id} if not trials.empty else set()
         per_query = [
@@ -290,6 +342,8 @@ class RunStore:
             for family, values in result.curves.items()
         ]
         self._append("curves", keep, curves)
+        if result.answers is not None or (self.path / "answers.parquet").exists():
+            self._append("answers", keep, [] if result.answers is None else [_answers(result)])
         if not trials.empty:
             trials = trials[trials["trial_id"] != result.trial_id]
         row = pd.DataFrame([result.row(query_ids)])
@@ -306,7 +360,7 @@ class RunStore:
         try:
             trials, per_query, curve_rows = self.trials(), self.per_query(), self.curves()
         except DataError as exc:
-            for name in _TABLES:
+            for name in RUN_TABLES:
                 (self.path / name).unlink(missing_ok=True)
             return [f"{exc}; every trial runs again"]
         ok = trials[trials["status"] == "ok"] if not trials.empty else trials

@@ -10,12 +10,13 @@ changed corpus is never evaluated against a stale context.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import resource
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,11 +27,17 @@ from ragbench.data import load_dataset
 from ragbench.data.catalog import resolve_dataset
 from ragbench.data.labeled import LabeledSet
 from ragbench.errors import ConfigError, DataError
+from ragbench.evaluate.answers import AnswerSample, evaluate_answers, needs
 from ragbench.evaluate.labels import evaluate_chunks
 from ragbench.evaluate.metrics import parse_metrics, relevant_query_ids
 from ragbench.experiment.config import ExperimentConfig, Trial
 from ragbench.experiment.store import TrialResult
 from ragbench.index.cache import StageCache, default_cache_root
+from ragbench.llm.cache import LLMCache
+from ragbench.llm.client import LLMClient, Price
+from ragbench.protocols import Embedder
+from ragbench.registry import components
+from ragbench.retrieve.artifacts import Answers, ChunkSet, QueryUsage
 from ragbench.retrieve.graph import Env, Execution, Plan, compile_plan, stage_key
 from ragbench.text.chunk_table import ChunkTable, document_ranking
 from ragbench.types import Ranking
@@ -102,12 +109,31 @@ class Context:
         self.query_ids = [q.id for q in queries]
         self.query_texts = [q.text for q in queries]
         self.queries_key = stage_key("queries", *(f"{q.id}\x1f{q.text}" for q in queries))
-        self.cache = StageCache(Path(spec.cache_root or default_cache_root()))
+        root = Path(spec.cache_root or default_cache_root())
+        self.cache = StageCache(root)
         self.env = Env(
             corpus=self.labeled.documents,
             queries=self.query_texts,
             embeddings=self.cache.embeddings,
+            llm_cache=LLMCache(root),
         )
+        self.skipped = _skipped(config.evaluation.metrics, self.labeled)
+        self.metrics = [m for m in config.evaluation.metrics if m not in self.skipped]
+        answer = {m.name for m in parse_metrics(self.metrics) if m.level == "answer"}
+        self.answer_metrics = [m for m in self.metrics if m in answer]
+        self.ranking_metrics = [m for m in self.metrics if m not in answer]
+
+    def judges(self) -> tuple[LLMClient | None, Embedder | None]:
+        """The LLM and the embedder answer metrics call (None where the config has none and
+        no metric needs one)."""
+        evaluation = self.spec.config.evaluation
+        llm = self.env.llm(evaluation.llm, "evaluation.llm") if evaluation.llm else None
+        wanted = {n for m in parse_metrics(self.answer_metrics) for n in needs(m)}
+        spec = evaluation.embedder
+        if spec is None and "embeddings" in wanted:
+            spec = components("embedder").parse({"kind": "sentence-transformers"})
+        embedder = self.env.embedder(spec) if spec is not None else None
+        return llm, embedder
 
     def plan(self, trial: Trial) -> Plan:
         """The trial's stage plan over this context's corpus and queries."""
@@ -128,6 +154,15 @@ def context(spec: RunSpec) -> Context:
             _CONTEXTS.pop(next(iter(_CONTEXTS)))
         _CONTEXTS[digest] = Context(spec)
     return _CONTEXTS[digest]
+
+
+def _skipped(metrics: Sequence[str], labeled: LabeledSet) -> dict[str, str]:
+    """Answer metrics the set cannot score, with why (they are skipped with a note)."""
+    found = {}
+    for metric in parse_metrics(metrics):
+        if metric.level == "answer" and "reference" in needs(metric) and not labeled.has_answers:
+            found[metric.name] = f"dataset {labeled.name!r} has no reference answers"
+    return found
 
 
 def chunk_depth(config: ExperimentConfig, trial: Trial) -> int:
@@ -158,12 +193,19 @@ def run_trial(spec: RunSpec, trial: Trial) -> TrialResult:
     try:
         ctx = context(spec)
         hits, misses = ctx.cache.hits, ctx.cache.misses
+        requests = sum(c.usage.requests for c in ctx.env.clients())
         execution = Execution(ctx.plan(trial), ctx.env, ctx.cache)
         ranking = execution.output
         result.latency = execution.latency()
         result.index_build_s = execution.build_seconds()
-        table = execution[execution.plan.chunks].table
-        _evaluate(ctx, ranking, table, result)
+        chunks = execution[execution.plan.chunks]
+        _evaluate(ctx, ranking, chunks.table, result)
+        answers = execution[execution.plan.answers] if execution.plan.answers else None
+        _evaluate_answers(ctx, ranking, chunks, answers, result)
+        result.usage = _costs(execution.usage(), spec.config.prices)
+        result.counters = execution.counters()
+        result.traces = execution.traces()
+        result.llm_requests = sum(c.usage.requests for c in ctx.env.clients()) - requests
         result.cache_hits = ctx.cache.hits - hits
         result.cache_misses = ctx.cache.misses - misses
     except Exception as exc:  # a failing trial is recorded, the sweep goes on
@@ -177,7 +219,7 @@ def run_trial(spec: RunSpec, trial: Trial) -> TrialResult:
 
 def _evaluate(ctx: Context, ranking: Ranking, table: ChunkTable, result: TrialResult) -> None:
     evaluation = ctx.spec.config.evaluation
-    result.per_query = _score(ctx, ranking, table, evaluation.metrics)
+    result.per_query = _score(ctx, ranking, table, ctx.ranking_metrics)
     result.curves = _curves(ctx, ranking, table)
     if evaluation.level == "document":
         result.ranking = document_ranking(ranking, table).head(evaluation.depth)
@@ -211,7 +253,7 @@ def _curves(ctx: Context, ranking: Ranking, table: ChunkTable) -> dict[str, np.n
     """Mean of each evaluated metric family at every cutoff k = 1..depth (metric@k curves)."""
     evaluation = ctx.spec.config.evaluation
     families = {}
-    for metric in parse_metrics(evaluation.metrics):
+    for metric in parse_metrics(ctx.ranking_metrics):
         if metric.k is not None:
             depth = evaluation.depth if not metric.is_span else _SPAN_CURVE_DEPTH
             families[metric.family] = min(depth, evaluation.depth)
@@ -223,6 +265,82 @@ def _curves(ctx: Context, ranking: Ranking, table: ChunkTable) -> dict[str, np.n
         family: np.array([values[f"{family}@{k}"].mean() for k in range(1, depth + 1)])
         for family, depth in families.items()
     }
+
+
+def _evaluate_answers(
+    ctx: Context,
+    ranking: Ranking,
+    chunks: ChunkSet,
+    answers: Answers | None,
+    result: TrialResult,
+) -> None:
+    """The trial's answers (when it has a generator) and its answer-level metrics."""
+    if answers is not None:
+        result.answers = pd.DataFrame(
+            {
+                "query_id": ctx.query_ids,
+                "answer": answers.texts,
+                "chunk_ids": [json.dumps(ids) for ids in answers.used],
+                "seconds": answers.seconds,
+            }
+        )
+    if not ctx.answer_metrics:
+        return
+    k = ctx.spec.config.evaluation.context_k
+    by_id = chunks.by_id
+    samples = []
+    for row, (qid, question) in enumerate(zip(ctx.query_ids, ctx.query_texts, strict=True)):
+        if answers is not None:
+            used = [by_id[c] for c in answers.used[row]]
+        else:
+            used = [by_id[c] for c, _ in ranking.row(row)[:k]]
+        references, reference_ids = _references(ctx, qid)
+        samples.append(
+            AnswerSample(
+                query_id=qid,
+                question=question,
+                answer=answers.texts[row] if answers is not None else None,
+                contexts=[c.text for c in used],
+                context_ids=[c.doc_id for c in used],
+                reference=ctx.labeled.answers.get(qid),
+                reference_contexts=references,
+                reference_ids=reference_ids,
+            )
+        )
+    llm, embedder = ctx.judges()
+    result.per_query |= evaluate_answers(samples, ctx.answer_metrics, llm=llm, embeddings=embedder)
+
+
+def _references(ctx: Context, query_id: str) -> tuple[list[str], list[str]]:
+    """A query's evidence texts (span level, else its relevant documents' texts) and its
+    relevant document ids."""
+    labeled = ctx.labeled
+    level = ctx.spec.config.evaluation.relevance_level
+    relevant = [d for d, g in labeled.qrels.get(query_id, {}).items() if g >= level]
+    spans = labeled.evidence.get(query_id, [])
+    if spans:
+        texts = [labeled.doc_index[e.doc_id].text[e.start : e.end] for e in spans]
+    else:
+        texts = [labeled.doc_index[d].text for d in relevant if d in labeled.doc_index]
+    return texts, relevant
+
+
+def _costs(
+    usage: Mapping[str, QueryUsage], prices: Mapping[str, Price]
+) -> dict[str, dict[str, np.ndarray]]:
+    """Per stage: tokens per query and their cost in US dollars (NaN without a price)."""
+    found = {}
+    for stage, spent in usage.items():
+        price = prices.get(spent.model)
+        prompt = np.asarray(spent.prompt_tokens, dtype=np.float64)
+        completion = np.asarray(spent.completion_tokens, dtype=np.float64)
+        cost = (
+            (prompt * price.input + completion * price.output) / 1e6
+            if price is not None
+            else np.full(len(prompt), np.nan)
+        )
+        found[stage] = {"prompt_tokens": prompt, "completion_tokens": completion, "cost": cost}
+    return found
 
 
 def _top_chunks(ctx: Context, ranking: Ranking, table: ChunkTable) -> pd.DataFrame:

@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import Field
 
 from ragbench.errors import RagbenchError
+from ragbench.llm.client import LLMClient, LLMError, LLMOptions
 from ragbench.models import DEFAULT_MODEL, hub_offline, model_identity, resolve_model
 from ragbench.protocols import Embedder, Role
 from ragbench.registry import ComponentConfig, component_field, components
@@ -31,6 +32,8 @@ __all__ = [
     "FallbackEmbedder",
     "HashingConfig",
     "HashingEmbedder",
+    "OpenAIEmbedder",
+    "OpenAIEmbedderConfig",
     "SentenceTransformerConfig",
     "SentenceTransformerEmbedder",
 ]
@@ -209,6 +212,52 @@ class HashingEmbedder:
         return out
 
 
+class OpenAIEmbedderConfig(ComponentConfig, LLMOptions):
+    """An embeddings endpoint (OpenAI, vLLM, Ollama, a LiteLLM proxy, ...): ``model`` at
+    ``base_url``, ``batch_size`` texts per request, the key of ``credential``."""
+
+    kind: Literal["openai"] = "openai"
+    batch_size: int = Field(64, gt=0)
+
+
+class OpenAIEmbedder:
+    """Embeds through an OpenAI-compatible ``/embeddings`` endpoint (``ragbench.llm``); a sweep
+    caches its vectors per text like any embedder's."""
+
+    def __init__(self, config: OpenAIEmbedderConfig) -> None:
+        self.config = config
+        self.client = LLMClient(config, where="embedder")
+        self.stats = EmbedStats()
+        self._dim: int | None = None
+
+    @property
+    def dimension(self) -> int:
+        """Output vector size (asked of the endpoint once)."""
+        if self._dim is None:
+            self._dim = int(self.embed(["dimension"]).shape[1])
+        return self._dim
+
+    @property
+    def identity(self) -> str:
+        """Cache identity: the endpoint and the model."""
+        return f"openai|{self.client.url}|{self.config.model}"
+
+    def embed(self, texts: Sequence[str], role: Role = "document") -> np.ndarray:
+        """Vectors for ``texts`` (unit length, so cosine and dot product agree)."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        started = time.perf_counter()
+        try:
+            vectors = self.client.embed(texts, self.config.batch_size)
+        except LLMError as exc:
+            raise EmbeddingError(f"embedder: {exc}") from exc
+        self._dim = vectors.shape[1]
+        self.stats.add(len(texts), role, time.perf_counter() - started)
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        unit = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+        return unit.astype(np.float32)
+
+
 class FallbackConfig(ComponentConfig):
     """Try embedders in order; the first that succeeds answers (local model, then a service)."""
 
@@ -261,6 +310,7 @@ class FallbackEmbedder:
 _EMBEDDERS = components("embedder")
 _EMBEDDERS.register(SentenceTransformerConfig)(SentenceTransformerEmbedder)
 _EMBEDDERS.register(HashingConfig)(HashingEmbedder)
+_EMBEDDERS.register(OpenAIEmbedderConfig)(OpenAIEmbedder)
 
 
 @_EMBEDDERS.register(FallbackConfig)

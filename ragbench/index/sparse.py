@@ -72,11 +72,14 @@ class BM25Config(ComponentConfig):
 
 
 class _Engine(Protocol):
-    """A built backend: top-k document positions, scores and hit flags for a query batch."""
+    """A built backend: top-k document positions, scores and hit flags for a query batch, and
+    single terms' scores in every document."""
 
     def search(
         self, queries: list[list[str]], k: int, mask: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+    def term_scores(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 def _hits(scores: np.ndarray, no_match: np.ndarray) -> np.ndarray:
@@ -118,6 +121,21 @@ class _Bm25sEngine:
         hits = np.zeros((n, k), dtype=bool)
         hits[rows] = _hits(found.scores, self._no_match(batch))
         return docs, scores, hits
+
+    def term_scores(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Each term's score in every document, (terms, documents), and its score in a
+        document without it; terms the index never saw score 0."""
+        n = int(self.model.scores["num_docs"])
+        found = np.zeros((len(terms), n), dtype=np.float64)
+        vocab = self.model.vocab_dict
+        for row, term in enumerate(terms):
+            if term in vocab:
+                found[row] = self.model.get_scores([term])
+        nonoccurrence = self.model.nonoccurrence_array
+        base = np.zeros(len(terms), dtype=np.float64)
+        if nonoccurrence is not None:
+            base = np.array([nonoccurrence[vocab[t]] if t in vocab else 0.0 for t in terms])
+        return found, base
 
     def _no_match(self, queries: list[list[str]]) -> np.ndarray:
         """Score of a document without any query term: bm25s' non-occurrence sum, or 0."""
@@ -186,6 +204,16 @@ class _RankBm25Engine:
             scores[i] = all_scores[docs[i]]
         no_match = np.array([self._no_match(q) for q in queries], dtype=np.float64)
         return docs, scores, _hits(scores, no_match)
+
+    def term_scores(self, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Each term's score in every document, (terms, documents), and its score in a
+        document without it."""
+        found = (
+            np.stack([self.model.get_scores([t]) for t in terms])
+            if terms
+            else np.zeros((0, self.model.corpus_size))
+        )
+        return found.astype(np.float64), np.array([self._no_match([t]) for t in terms])
 
     def _no_match(self, query: list[str]) -> float:
         """Score of a document without any query term: the tf = 0 weights of its terms."""
@@ -274,6 +302,49 @@ class BM25Index:
         docs, found, hits = engine.search(self._tokenizer.tokenize_many(texts), kk, mask)
         ids[:, :kk] = np.where(hits, self._id_array[docs], "")
         scores[:, :kk] = np.where(hits, found, -np.inf)
+        return Ranking(ids, scores)
+
+    def terms(self, text: str) -> list[str]:
+        """``text`` as this index's terms (its tokenizer: lowercasing, stopwords, stemming)."""
+        return self._tokenizer.tokenize(text)
+
+    def document_terms(self, ids: Sequence[str]) -> list[list[str]]:
+        """The terms of the indexed texts ``ids`` (unknown ids: no terms)."""
+        return [self._tokens[self._position[i]] if i in self._position else [] for i in ids]
+
+    def search_weighted(
+        self,
+        queries: Sequence[Mapping[str, float]],
+        k: int,
+        filter: Mapping[str, Any] | None = None,
+    ) -> Ranking:
+        """Top-``k`` for weighted-term queries (term → weight, terms as :meth:`terms` gives
+        them): a text scores the weighted sum of its terms' BM25 scores — how pseudo-relevance
+        feedback searches with an expanded query."""
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        n = len(queries)
+        ids = np.full((n, k), "", dtype=object)
+        scores = np.full((n, k), -np.inf, dtype=np.float64)
+        engine = self._built()
+        mask = self._mask(filter)
+        if engine is None or (mask is not None and not mask.any()):
+            return Ranking(ids, scores)
+        kk = min(k, self.count())
+        for row, query in enumerate(queries):
+            terms = list(query)
+            if not terms:
+                continue
+            weights = np.array([query[t] for t in terms], dtype=np.float64)
+            per_term, absent = engine.term_scores(terms)
+            total = weights @ per_term
+            if mask is not None:
+                total[mask == 0] = -np.inf
+            top = np.argpartition(total, len(total) - kk)[-kk:]
+            top = top[np.argsort(-total[top], kind="stable")]
+            hit = _hits(total[top][None, :], np.array([weights @ absent]))[0]
+            ids[row, :kk] = np.where(hit, self._id_array[top], "")
+            scores[row, :kk] = np.where(hit, total[top], -np.inf)
         return Ranking(ids, scores)
 
     def _mask(self, filter: Mapping[str, Any] | None) -> np.ndarray | None:

@@ -44,9 +44,9 @@ def compare_runs(
     if not run_dirs:
         raise ConfigError("compare: give at least one run directory")
     manifests = {str(d): RunStore(d).manifest() for d in run_dirs}
-    first = next(iter(manifests.values()))
-    metric = metric or first["config"]["evaluation"]["metrics"][0]
-    evaluated = {m for man in manifests.values() for m in man["config"]["evaluation"]["metrics"]}
+    evaluated_by = {d: RunStore(d).metrics() for d in manifests}
+    metric = metric or next(iter(evaluated_by.values()))[0]
+    evaluated = {m for metrics in evaluated_by.values() for m in metrics}
     if metric not in evaluated:
         try:  # another spelling of an evaluated metric (NDCG@10, p@5)
             metric = parse_metric(metric).name

@@ -1,5 +1,5 @@
 """Per-query drill-down: where two trials differ most, with the query, its gold evidence and
-each trial's top chunks, read from the run directory."""
+reference answer, and each trial's answer and top chunks, read from the run directory."""
 
 from __future__ import annotations
 
@@ -30,10 +30,13 @@ def _top(run_dir: Path, trial_id: str, per_query: int) -> dict[Hashable, list[di
 def drilldown(
     run_dir: Path | str, trial_a: str, trial_b: str, metric: str, n: int = 10, chunks: int = 3
 ) -> pd.DataFrame:
-    """The ``n`` queries with the largest |b − a| on ``metric``.
+    """The ``n`` queries with the largest |b − a| on ``metric`` (among those where both trials
+    have a value).
 
-    Columns: query_id, query, delta (b − a), a, b, gold (judged documents and evidence
-    excerpts), top_a, top_b (each trial's first ``chunks`` chunks: rank, id, score, text).
+    Columns: query_id, query, delta (b − a), a, b, gold (judged documents, evidence
+    excerpts and the reference answer, None when the set has none), top_a, top_b (each
+    trial's first ``chunks`` chunks: rank, id, score, text), answer_a, answer_b (each trial's
+    answer from ``answers.parquet``, None for a trial without a generator).
     Raises ``ConfigError`` when the run did not evaluate ``metric`` and ``DataError`` when a
     trial has no values of it.
     """
@@ -51,12 +54,13 @@ def drilldown(
             f"{store.path / 'per_query.parquet'}: no {metric!r} values for trial(s) "
             f"{', '.join(missing)}"
         )
-    frame = pd.DataFrame({"a": values[trial_a], "b": values[trial_b]})
+    frame = pd.DataFrame({"a": values[trial_a], "b": values[trial_b]}).dropna()
     frame["delta"] = frame["b"] - frame["a"]
     frame = frame[frame["delta"] != 0]
     frame = frame.reindex(frame["delta"].abs().sort_values(ascending=False).index).head(n)
     queries = pd.read_parquet(Path(run_dir) / "queries.parquet").set_index("query_id")
     top_a, top_b = _top(Path(run_dir), trial_a, chunks), _top(Path(run_dir), trial_b, chunks)
+    answers = store.answers().set_index(["trial_id", "query_id"])["answer"].to_dict()
     rows = []
     for qid, a, b, delta in zip(frame.index, frame["a"], frame["b"], frame["delta"], strict=True):
         query = queries.loc[qid]
@@ -70,9 +74,12 @@ def drilldown(
                 "gold": {
                     "qrels": json.loads(query["qrels"]),
                     "evidence": json.loads(query["evidence"]),
+                    "reference": query.get("reference"),
                 },
                 "top_a": top_a.get(qid, []),
                 "top_b": top_b.get(qid, []),
+                "answer_a": answers.get((trial_a, qid)),
+                "answer_b": answers.get((trial_b, qid)),
             }
         )
     return pd.DataFrame(rows)

@@ -20,6 +20,8 @@ __all__ = ["render_html"]
 
 _CAPTIONS = {
     "pareto": "Quality against p95 latency per query; the Pareto front is highlighted.",
+    "pareto_cost": "Quality against LLM cost per query (tokens per query where the config "
+    "gives no prices); the Pareto front is highlighted.",
     "chunk_size": "The primary metric against chunk size, per chunker and retriever.",
     "per_query": "Per-query difference of the best trial against the baseline.",
     "at_k": "The metric at every cutoff k for the five best trials.",
@@ -46,6 +48,8 @@ figcaption { color: #5a6275; font-size: 12px; max-width: 620px; }
 .chunk { font-size: 12px; background: #fafbfd; border-left: 3px solid #c9cfdd;
          padding: 4px 8px; margin: 4px 0; white-space: pre-wrap; }
 .gold .chunk { border-left-color: #d4a72c; }
+.answer { font-size: 12px; background: #eef4ff; border-left: 3px solid #5b7fd6;
+          padding: 4px 8px; margin: 4px 0; white-space: pre-wrap; }
 pre { background: #f6f8fa; padding: .8rem; overflow-x: auto; font-size: 12px; }
 """
 
@@ -63,18 +67,33 @@ def _e(value: object) -> str:
     return html.escape(str(value))
 
 
+def _spent(numeric: pd.DataFrame, column: str) -> pd.Series | None:
+    """The numbers behind a display column of latency (p95), tokens or cost per query."""
+    if column.endswith("p50/p95 ms"):
+        return numeric[column.replace("p50/p95 ms", "p95 ms")]
+    if column.endswith("tokens in/out"):
+        stage = column.removesuffix(" tokens in/out")
+        return numeric[f"{stage} prompt tokens"] + numeric[f"{stage} completion tokens"]
+    if column == "tokens/query":
+        return numeric["total tokens"]
+    if column.endswith("USD/query"):
+        return numeric[f"{column.removesuffix('USD/query').strip() or 'total'} USD"]
+    return None
+
+
 def _trial_table(report: Report, stages: bool) -> str:
-    """Metrics with total latency, or (``stages``) the latency of every stage."""
+    """Metrics with total latency, tokens and cost, or (``stages``) those of every stage."""
     numeric = report.to_dataframe()
     shown = report.display_table(stages=stages)
     if stages:
-        shown = shown[["trial", *[c for c in shown.columns if c.endswith("p50/p95 ms")]]]
-    best: dict[Hashable, object] = {}
+        shown = shown[["trial", *[c for c in shown.columns if _spent(numeric, c) is not None]]]
+    best: dict[Hashable, set[object]] = {}
     for metric in report.metrics:
-        best[metric] = best_index(numeric[metric], metric)
+        best[metric] = {best_index(numeric[metric], metric)}
     for column in shown.columns:
-        if column.endswith("p50/p95 ms"):
-            best[column] = numeric[column.replace("p50/p95 ms", "p95 ms")].idxmin()
+        values = _spent(numeric, column)
+        if values is not None:
+            best[column] = set(values.index[values == values.min()])
     head = "".join(
         f'<th class="{"label" if c in ("id", "trial") else ""}">{_e(c)}</th>'
         for c in ["id", *shown]
@@ -84,7 +103,7 @@ def _trial_table(report: Report, stages: bool) -> str:
         cells = [f"<td class='label'><code>{_e(trial_id)}</code></td>"]
         for name, value in row.items():
             classes = ["label"] if name == "trial" else []
-            if best.get(name) == trial_id:
+            if trial_id in best.get(name, ()):
                 classes.append("best")
             if trial_id == report.baseline:
                 classes.append("base")
@@ -119,6 +138,10 @@ def _figures(images: dict[str, bytes]) -> str:
     return "".join(parts)
 
 
+def _answer(answer: str | None) -> str:
+    return "" if answer is None else f"<div class='answer'><b>Answer</b>\n{_e(answer)}</div>"
+
+
 def _chunks(items: list[dict]) -> str:
     if not items:
         return "<div class='chunk'>(no results)</div>"
@@ -150,13 +173,17 @@ def _drilldown(report: Report) -> str:
             f"<div class='chunk'><code>{_e(d)}</code> grade {g}</div>"
             for d, g in gold["qrels"].items()
         )
+        reference = gold["reference"]
+        if reference is not None:
+            evidence += f"<div class='answer'><b>Reference answer</b>\n{_e(reference)}</div>"
         cls = "up" if (row.delta > 0) == higher_is_better(report.metric) else "down"
         parts.append(
             f"<div class='query'><h3><code>{_e(row.query_id)}</code> {_e(row.query)} "
             f"<span class='{cls}'>{row.delta:+.3f}</span></h3><div class='cols'>"
             f"<div class='gold'><b>Gold evidence</b>{evidence}</div>"
-            f"<div><b>Baseline</b> ({row.a:.3f}){_chunks(row.top_a)}</div>"
-            f"<div><b>Best</b> ({row.b:.3f}){_chunks(row.top_b)}</div></div></div>"
+            f"<div><b>Baseline</b> ({row.a:.3f}){_answer(row.answer_a)}{_chunks(row.top_a)}</div>"
+            f"<div><b>Best</b> ({row.b:.3f}){_answer(row.answer_b)}{_chunks(row.top_b)}</div>"
+            "</div></div>"
         )
     return "".join(parts)
 
@@ -178,6 +205,15 @@ def _environment(report: Report) -> str:
         for k, v in items.items()
     )
     return f"<table>{rows}</table>"
+
+
+def _stages_heading(report: Report) -> str:
+    if report.spend.empty:
+        return "Latency by stage (ms per query, p50 / p95)"
+    return (
+        "Latency (ms, p50 / p95), LLM tokens (prompt / completion) and cost (US dollars) by "
+        "stage, per query"
+    )
 
 
 def render_html(report: Report, images: dict[str, bytes]) -> str:
@@ -209,9 +245,9 @@ def render_html(report: Report, images: dict[str, bytes]) -> str:
 <h2>Trials</h2>
 <p class="meta">Mean ± half the {int(100 * 0.95)}% bootstrap interval; ▲/▼: significantly
 better/worse than the baseline after correction; best value per column highlighted (latency:
-lowest p95).</p>
+lowest p95; tokens and cost: lowest).</p>
 {_trial_table(report, stages=False)}
-<h3>Latency by stage (ms per query, p50 / p95)</h3>
+<h3>{_e(_stages_heading(report))}</h3>
 {_trial_table(report, stages=True)}
 {_selection(report)}
 <h2>Plots</h2>{_figures(images)}

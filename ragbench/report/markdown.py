@@ -5,7 +5,8 @@ never as HTML, links or Markdown structure."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -19,7 +20,8 @@ __all__ = ["render_markdown", "summary_lines"]
 
 
 def summary_lines(report: Report) -> list[str]:
-    """Plain sentences: the baseline, and the best trial per metric with its difference."""
+    """Plain sentences: the baseline, the best trial per metric with its difference, then
+    metrics the run skipped or the report could not test (and why) and unknown costs."""
     base = md_code(report.label(report.baseline))
     lines = [
         f"Baseline: {base}. Test: {report.test}, {report.correction} correction, "
@@ -43,6 +45,39 @@ def summary_lines(report: Report) -> list[str]:
             f"95% CI {row['ci_low']:.4f}–{row['ci_high']:.4f}; "
             f"wins/ties/losses {wins}/{int(row['ties'])}/{losses})"
         )
+    return lines + _notes(report)
+
+
+def _notes(report: Report) -> list[str]:
+    """Metrics skipped by the run or compared on fewer queries, and unknown costs."""
+    lines = [
+        f"- **{md_text(metric)}** skipped by the run: {md_text(why)}."
+        for metric, why in report.manifest.get("skipped_metrics", {}).items()
+    ]
+    queries = int(report.manifest["queries"]["count"])
+    why = "no reference answer, or a judge reply that could not be parsed"
+    for metric, compared in report.compared.items():
+        if compared == queries:
+            continue
+        name = md_text(metric)
+        if metric in report.metrics:
+            lines.append(
+                f"- **{name}**: {queries - compared} of {queries} queries have no value for some "
+                f"trial ({why}); its means, intervals and tests use the other {compared}."
+            )
+        else:
+            lines.append(
+                f"- **{name}**: only {compared} of {queries} queries have a value for every "
+                f"trial ({why}); too few to test, so it is left out of the tables."
+            )
+    spent = report.spend
+    if not spent.empty:
+        unknown = int(spent["cost.total"].isna().sum())
+        if unknown:
+            lines.append(
+                f"- Cost per query is unknown for {unknown} trial(s): the config's `prices` "
+                "has no price for their model; the quality-vs-cost plot uses tokens per query."
+            )
     return lines
 
 
@@ -85,8 +120,16 @@ def render_markdown(report: Report, images: list[str]) -> str:
             f"## Queries where {md_code(report.label(report.best))} and the baseline differ most",
             "",
         ]
-        for row in drill.itertuples():
+        rows: Iterable[Any] = drill.itertuples()  # named tuples of the drill-down's columns
+        for row in rows:
             lines.append(f"- {md_code(row.query_id)} ({row.delta:+.3f}): {md_text(row.query)}")
+            for name, answer in (
+                ("reference answer", row.gold["reference"]),
+                ("baseline answer", row.answer_a),
+                ("best answer", row.answer_b),
+            ):
+                if answer is not None:
+                    lines.append(f"  - {name}: {md_text(answer)}")
         lines.append("")
     if not report.failed.empty:
         lines += ["## Failed trials", ""]

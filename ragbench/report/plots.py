@@ -1,4 +1,5 @@
-"""Plots of a run directory: quality against chunk size, latency, cutoff and swept parameters.
+"""Plots of a run directory: quality against chunk size, latency, LLM cost, cutoff and swept
+parameters.
 
 Every function takes the run-directory frames (``trials``, ``per_query``, ``curves``), returns a
 ``matplotlib.figure.Figure`` built without pyplot (no global state, nothing shown), and raises
@@ -26,6 +27,7 @@ from matplotlib.ticker import MaxNLocator
 
 from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.metrics import higher_is_better
+from ragbench.report.tables import spend
 
 __all__ = [
     "heatmap",
@@ -35,6 +37,7 @@ __all__ = [
     "pareto",
     "pareto_front",
     "per_query_difference",
+    "quality_vs_cost",
     "save",
     "short_labels",
     "swept_parameters",
@@ -240,19 +243,40 @@ def pareto(
 ) -> Figure:
     """Quality against latency per trial, the Pareto front connected and numbered (its labels
     listed beside the plot), and the ``baseline`` trial id, if given, drawn as a star."""
-    ok = _usable(trials, [metric, latency], "pareto")
-    front = pareto_front(ok, metric, latency)
+    return _pareto(trials, metric, latency, _latency_label(latency), baseline, "pareto")
+
+
+def quality_vs_cost(trials: pd.DataFrame, metric: str, baseline: str | None = None) -> Figure:
+    """Quality against LLM cost per query (US dollars; a trial that calls no LLM costs 0), as
+    ``pareto`` draws it. When the cost of some trial is unknown (the config gives no price for
+    its model), the x axis is LLM tokens per query instead (prompt + completion), and its label
+    says why. ``DataError`` when no trial called an LLM."""
+    spent = spend(trials)
+    if spent.empty:
+        raise DataError("quality_vs_cost: no trial called an LLM (no tokens.* columns)")
+    unknown = spent["cost.total"].isna()
+    column, label = "cost.total", "LLM cost per query (US dollars)"
+    if unknown.any():
+        why = "no prices given" if unknown[spent["tokens.total"] > 0].all() else "a price missing"
+        column = "tokens.total"
+        label = f"LLM tokens per query (prompt + completion; costs unknown: {why})"
+    frame = trials.assign(**{column: spent[column]})
+    return _pareto(frame, metric, column, label, baseline, "quality_vs_cost")
+
+
+def _pareto(
+    trials: pd.DataFrame, metric: str, x: str, label: str, baseline: str | None, what: str
+) -> Figure:
+    """Quality against column ``x`` (lower is better) per trial, the front numbered."""
+    ok = _usable(trials, [metric, x], what)
+    front = pareto_front(ok, metric, x)
     fig, ax = _new_figure(9.0, 5.5)
     kinds = ok[RETRIEVER] if RETRIEVER in ok.columns else pd.Series("trial", index=ok.index)
     for kind, group in ok.groupby(kinds.astype(str), sort=True):
-        ax.scatter(
-            group[latency], group[metric], s=30, alpha=0.75, color=kind_colour(kind), label=kind
-        )
-    ax.plot(
-        front[latency], front[metric], color="black", linewidth=1, drawstyle="steps-post", zorder=3
-    )
+        ax.scatter(group[x], group[metric], s=30, alpha=0.75, color=kind_colour(kind), label=kind)
+    ax.plot(front[x], front[metric], color="black", linewidth=1, drawstyle="steps-post", zorder=3)
     ax.scatter(
-        front[latency],
+        front[x],
         front[metric],
         s=90,
         facecolors="none",
@@ -262,11 +286,11 @@ def pareto(
         label=f"Pareto front ({len(front)})",
     )
     if baseline is not None:
-        _mark_baseline(ax, trials, ok, baseline, metric, latency)
-    key = _number_front(ax, ok, front, metric, latency)
-    _latency_axis(ax, ok[latency], latency)
+        _mark_baseline(ax, trials, ok, baseline, metric, x, what)
+    key = _number_front(ax, ok, front, metric, x)
+    _cost_axis(ax, ok[x], label)
     ax.set_ylabel(metric)
-    ax.set_title(f"{metric} vs {_latency_label(latency).split(' (')[0]}: Pareto front")
+    ax.set_title(f"{metric} vs {label.split(' (')[0]}: Pareto front")
     ax.grid(alpha=0.3)
     _legend_outside(ax)
     ax.text(1.02, 0.0, key, transform=ax.transAxes, va="bottom", fontsize=8, family="monospace")
@@ -274,15 +298,21 @@ def pareto(
 
 
 def _mark_baseline(
-    ax: Axes, trials: pd.DataFrame, ok: pd.DataFrame, baseline: str, metric: str, latency: str
+    ax: Axes,
+    trials: pd.DataFrame,
+    ok: pd.DataFrame,
+    baseline: str,
+    metric: str,
+    x: str,
+    what: str,
 ) -> None:
     row = ok[ok["trial_id"] == baseline]
     if row.empty:
         if "trial_id" in trials.columns and baseline not in set(trials["trial_id"]):
-            raise ConfigError(f"pareto: baseline {baseline!r} is not the id of any trial")
-        raise DataError(f"pareto: baseline {baseline!r} is not a finished trial with {metric}")
+            raise ConfigError(f"{what}: baseline {baseline!r} is not the id of any trial")
+        raise DataError(f"{what}: baseline {baseline!r} is not a finished trial with {metric}")
     ax.scatter(
-        row[latency],
+        row[x],
         row[metric],
         marker="*",
         s=260,
@@ -293,26 +323,24 @@ def _mark_baseline(
     )
 
 
-def _number_front(
-    ax: Axes, ok: pd.DataFrame, front: pd.DataFrame, metric: str, latency: str
-) -> str:
+def _number_front(ax: Axes, ok: pd.DataFrame, front: pd.DataFrame, metric: str, x: str) -> str:
     """Number the front points on the plot; return the key (number → short label)."""
     column = "label" if "label" in ok.columns else "trial_id"
     names = short_labels(front[column].astype(str), among=ok[column].astype(str).tolist())
-    points = zip(front[latency], front[metric], strict=True)
-    for i, (x, y) in enumerate(points, start=1):
+    points = zip(front[x], front[metric], strict=True)
+    for i, point in enumerate(points, start=1):
         offset = _NUMBER_OFFSETS[i % len(_NUMBER_OFFSETS)]
-        ax.annotate(str(i), (x, y), xytext=offset, textcoords="offset points", weight="bold")
+        ax.annotate(str(i), point, xytext=offset, textcoords="offset points", weight="bold")
     return "Pareto front\n" + "\n".join(f"{i:>2} {n}" for i, n in enumerate(names, start=1))
 
 
-def _latency_axis(ax: Axes, values: pd.Series, column: str) -> None:
-    """Log scale when latencies span more than 1.5 decades."""
+def _cost_axis(ax: Axes, values: pd.Series, label: str) -> None:
+    """Log scale when the values (latency, tokens, dollars) span more than 1.5 decades."""
     low, high = float(values.min()), float(values.max())
     log = low > 0 and np.log10(high / low) > 1.5
     if log:
         ax.set_xscale("log")
-    ax.set_xlabel(_latency_label(column) + (", log scale" if log else ""))
+    ax.set_xlabel(label + (", log scale" if log else ""))
 
 
 # ---------------------------------------------------------------- per-query difference

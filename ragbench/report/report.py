@@ -24,7 +24,7 @@ from ragbench.evaluate.significance import bootstrap_ci, compare, compare_all
 from ragbench.experiment.store import RunStore
 from ragbench.report import plots
 from ragbench.report.drilldown import drilldown
-from ragbench.report.tables import latency_stages, markdown_table
+from ragbench.report.tables import latency_stages, markdown_table, spend, usage_stages, usd
 
 __all__ = ["Report"]
 
@@ -113,13 +113,20 @@ class Report:
                 f"{run_dir}: a report tests trials against each other query by query and needs "
                 f"at least 2 queries; this run has {queries}"
             )
-        metrics = list(manifest["config"]["evaluation"]["metrics"])
+        metrics = store.metrics()
         if metric is not None:
             metric = next((m for m in metrics if m == metric or m == _canonical(metric)), metric)
         if metric is not None and metric not in metrics:
             raise ConfigError(f"--metric {metric!r}: the run evaluated {', '.join(metrics)}")
         chosen = _resolve(ok, run_dir, baseline, manifest["config"].get("baseline"))
-        return cls(Path(run_dir), chosen, metric or metrics[0], **options)
+        report = cls(Path(run_dir), chosen, metric or metrics[0], **options)
+        if report.metric not in report.metrics:
+            raise DataError(
+                f"{store.path / 'per_query.parquet'}: {report.metric} has a value for every "
+                f"trial on {report.compared[report.metric]} of {queries} queries; a report "
+                "needs at least 2"
+            )
+        return report
 
     # ------------------------------------------------------------ data
 
@@ -130,15 +137,43 @@ class Report:
 
     @cached_property
     def metrics(self) -> list[str]:
-        """Evaluated metrics, the primary one first."""
-        listed = list(self.manifest["config"]["evaluation"]["metrics"])
-        return [self.metric, *(m for m in listed if m != self.metric)]
+        """Evaluated metrics, the primary one first; those with fewer than 2 queries where
+        every trial has a value (see ``compared``) cannot be tested and are left out."""
+        listed = [m for m in self.store.metrics() if self.compared.get(m, 0) >= 2]
+        return [m for m in dict.fromkeys([self.metric, *listed]) if m in listed]
+
+    @cached_property
+    def _finished(self) -> pd.DataFrame:
+        trials = self.store.trials()
+        return trials[trials["status"] == "ok"].reset_index(drop=True)
+
+    @cached_property
+    def per_query(self) -> pd.DataFrame:
+        """The per-query values the report compares: those of finished trials, without the
+        queries where some trial has no value of the metric (NaN: an answer metric on a query
+        without a reference answer, a judge reply ragas could not parse)."""
+        values = self.store.per_query()
+        values = values[values["trial_id"].isin(self._finished["trial_id"])]
+        missing = values.loc[values["value"].isna(), ["metric", "query_id"]].drop_duplicates()
+        pairs = pd.MultiIndex.from_frame(values[["metric", "query_id"]])
+        return values[~pairs.isin(pd.MultiIndex.from_frame(missing))].reset_index(drop=True)
+
+    @cached_property
+    def compared(self) -> dict[str, int]:
+        """Per evaluated metric, the number of queries compared (where every trial has a
+        value)."""
+        counts = self.per_query.groupby("metric")["query_id"].nunique()
+        return {m: int(counts.get(m, 0)) for m in self.store.metrics()}
 
     @cached_property
     def trials(self) -> pd.DataFrame:
-        """Finished trials."""
-        trials = self.store.trials()
-        return trials[trials["status"] == "ok"].reset_index(drop=True)
+        """Finished trials; each metric's column is the mean over the compared queries (the
+        mean of trials.parquet unless some query lacks a value)."""
+        means = self.stats["mean"].unstack("metric")
+        trials = self._finished.copy()
+        for metric in self.metrics:
+            trials[metric] = trials["trial_id"].map(means[metric])
+        return trials
 
     @cached_property
     def failed(self) -> pd.DataFrame:
@@ -149,10 +184,8 @@ class Report:
     @cached_property
     def stats(self) -> pd.DataFrame:
         """Per (metric, trial): mean, CI, delta, p, corrected p, effect size, wins/ties/losses."""
-        per_query = self.store.per_query()
-        per_query = per_query[per_query["trial_id"].isin(self.trials["trial_id"])]
         return compare_all(
-            per_query,
+            self.per_query,
             self.baseline,
             self.metrics,
             test=self.test,
@@ -164,15 +197,23 @@ class Report:
     @property
     def best(self) -> str:
         """Trial id with the best mean of the primary metric (the lowest when lower is better)."""
-        return str(self.trials.loc[best_index(self.trials[self.metric], self.metric), "trial_id"])
+        return str(best_index(self.stats.loc[self.metric]["mean"], self.metric))
 
     def label(self, trial_id: str) -> str:
         """The readable label of a trial."""
-        return str(self.trials.set_index("trial_id").loc[trial_id, "label"])
+        return str(self._finished.set_index("trial_id").loc[trial_id, "label"])
+
+    @cached_property
+    def spend(self) -> pd.DataFrame:
+        """LLM tokens and US dollars per query of each trial (``tables.spend``, indexed by
+        trial id); no columns when no trial called an LLM."""
+        return spend(self._finished.set_index("trial_id"))
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per trial (best first by the primary metric): label, per metric mean, CI, delta,
-        corrected p and significance, then p50/p95 latency per stage and index build time."""
+        corrected p and significance, then p50/p95 latency per stage, LLM tokens and US dollars
+        per query (per stage and in total; only when a trial called an LLM) and index build
+        time."""
         stats = self.stats
         frame = self.trials.set_index("trial_id")[["label"]].copy()
         for metric in self.metrics:
@@ -188,6 +229,14 @@ class Report:
                 frame[f"{stage} {q} ms"] = self.trials.set_index("trial_id")[
                     f"latency.{stage}.{q}_ms"
                 ]
+        spent = self.spend
+        for stage in usage_stages(self._finished):
+            frame[f"{stage} prompt tokens"] = spent[f"tokens.{stage}.prompt"]
+            frame[f"{stage} completion tokens"] = spent[f"tokens.{stage}.completion"]
+            frame[f"{stage} USD"] = spent[f"cost.{stage}"]
+        if not spent.empty:
+            frame["total tokens"] = spent["tokens.total"]
+            frame["total USD"] = spent["cost.total"]
         frame["index_build_s"] = self.trials.set_index("trial_id")["index_build_s"]
         return best_first(frame, self.metric)
 
@@ -202,7 +251,9 @@ class Report:
         return " ▲" if better else " ▼"
 
     def display_table(self, stages: bool = False) -> pd.DataFrame:
-        """Strings for people: ``mean ± half-CI`` with ▲/▼ marks, latency, build time."""
+        """Strings for people: ``mean ± half-CI`` with ▲/▼ marks, latency, LLM tokens and US
+        dollars per query (when a trial called an LLM; per stage with ``stages``), build
+        time."""
         frame = self.to_dataframe()
         out = pd.DataFrame(index=frame.index)
         out["trial"] = frame["label"]
@@ -217,6 +268,19 @@ class Report:
                 f"{a:.1f} / {b:.1f}" if a == a else "–"
                 for a, b in zip(frame[f"{stage} p50 ms"], frame[f"{stage} p95 ms"], strict=True)
             ]
+        for stage in usage_stages(self._finished) if stages else []:
+            out[f"{stage} tokens in/out"] = [
+                f"{a:,.1f} / {b:,.1f}"
+                for a, b in zip(
+                    frame[f"{stage} prompt tokens"],
+                    frame[f"{stage} completion tokens"],
+                    strict=True,
+                )
+            ]
+            out[f"{stage} USD/query"] = frame[f"{stage} USD"].map(usd)
+        if "total tokens" in frame:
+            out["tokens/query"] = frame["total tokens"].map(lambda v: f"{v:,.1f}")
+            out["USD/query"] = frame["total USD"].map(usd)
         out["index build s"] = frame["index_build_s"].map(lambda v: f"{v:.1f}")
         return out
 
@@ -322,11 +386,15 @@ class Report:
         """Every plot that applies to this run (name → matplotlib Figure)."""
         makers: list[tuple[str, Callable[[], Any]]] = [
             ("pareto", lambda: plots.pareto(self.trials, self.metric, baseline=self.baseline)),
+            (
+                "pareto_cost",
+                lambda: plots.quality_vs_cost(self.trials, self.metric, baseline=self.baseline),
+            ),
             ("chunk_size", lambda: plots.metric_vs_chunk_size(self.trials, self.metric)),
             (
                 "per_query",
                 lambda: plots.per_query_difference(
-                    self.store.per_query(),
+                    self.per_query,
                     self.best,
                     self.baseline,
                     self.metric,

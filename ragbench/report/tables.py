@@ -17,7 +17,10 @@ __all__ = [
     "md_code",
     "md_fence",
     "md_text",
+    "spend",
     "trial_table",
+    "usage_stages",
+    "usd",
 ]
 
 # HTML's special characters as entities; Markdown's link, code, escape and table syntax escaped.
@@ -61,21 +64,57 @@ def latency_stages(trials: pd.DataFrame) -> list[str]:
     return ordered + (["total"] if "total" in found else [])
 
 
+def usage_stages(trials: pd.DataFrame) -> list[str]:
+    """Stages whose LLM tokens the trials recorded (``tokens.<stage>.prompt`` columns), in
+    the order the trials recorded them; empty when no trial called an LLM."""
+    found = [c.split(".")[1] for c in trials.columns if c.startswith("tokens.")]
+    return list(dict.fromkeys(found))
+
+
+def spend(trials: pd.DataFrame) -> pd.DataFrame:
+    """LLM tokens and cost per query of each trial (same index as ``trials``): per stage
+    ``tokens.<stage>.prompt``, ``tokens.<stage>.completion`` and ``cost.<stage>``, then
+    ``tokens.total`` (prompt + completion over all stages) and ``cost.total`` (US dollars).
+    A trial without a stage spent nothing there (0 tokens, $0); a cost is NaN where the
+    config gives no price for the stage's model. No columns when no trial called an LLM."""
+    out = pd.DataFrame(index=trials.index)
+    stages = usage_stages(trials)
+    if not stages:
+        return out
+    called = {s: trials[f"tokens.{s}.prompt"].notna() for s in stages}
+    for stage in stages:
+        for part in ("prompt", "completion"):
+            out[f"tokens.{stage}.{part}"] = trials[f"tokens.{stage}.{part}"].fillna(0.0)
+        out[f"cost.{stage}"] = trials[f"cost.{stage}"].where(called[stage], 0.0)
+    tokens = [f"tokens.{s}.{part}" for s in stages for part in ("prompt", "completion")]
+    out["tokens.total"] = out[tokens].sum(axis=1)
+    out["cost.total"] = trials["cost.total"].where(pd.concat(called, axis=1).any(axis=1), 0.0)
+    return out
+
+
+def usd(value: float) -> str:
+    """A cost in US dollars to three significant digits; "–" when unknown (no price)."""
+    return "–" if value != value else f"{value:.3g}"
+
+
 def trial_table(trials: pd.DataFrame, metrics: Sequence[str], stages: bool = False) -> pd.DataFrame:
     """Trials sorted by the first metric, best first: label, metrics, p50/p95 latency (ms),
-    build time."""
+    LLM tokens and US dollars per query (when a trial called an LLM), build time."""
     if trials.empty:
         return pd.DataFrame()
     ok = trials[trials["status"] == "ok"]
+    ok = ok.assign(**spend(ok).filter(["tokens.total", "cost.total"]))
     columns = ["label", *metrics]
     for stage in latency_stages(ok) if stages else ["total"]:
         columns += [f"latency.{stage}.p50_ms", f"latency.{stage}.p95_ms"]
-    columns.append("index_build_s")
+    columns += ["tokens.total", "cost.total", "index_build_s"]
     present = [c for c in columns if c in ok.columns]
     table = best_first(ok.set_index("trial_id")[present], metrics[0])
+    names = {"tokens.total": "tokens/query", "cost.total": "USD/query"}
     return table.rename(
         columns=lambda c: (
-            c.replace("latency.", "").replace(".p50_ms", " p50 ms").replace(".p95_ms", " p95 ms")
+            names.get(c)
+            or c.replace("latency.", "").replace(".p50_ms", " p50 ms").replace(".p95_ms", " p95 ms")
         )
     )
 

@@ -23,17 +23,23 @@ from ragbench.text.chunk_table import ChunkTable
 from ragbench.types import Chunk, Ranking
 
 __all__ = [
+    "ANSWERS",
     "BM25_INDEX",
     "CHUNKS",
+    "QUERIES",
     "QUERY_VECTORS",
     "RANKING",
     "TEXTS",
     "VECTORS",
+    "Answers",
     "ChunkSet",
     "Codec",
+    "Queries",
+    "QueryUsage",
     "QueryVectors",
     "Timed",
     "dense_index_codec",
+    "query_texts",
 ]
 
 
@@ -81,11 +87,56 @@ class ChunkSet:
 
 
 @dataclass
+class QueryUsage:
+    """LLM tokens a stage spent per query, and the model that spent them (cost is computed
+    from these with the run's price table, so prices never change what is cached)."""
+
+    model: str
+    prompt_tokens: np.ndarray
+    completion_tokens: np.ndarray
+
+
+@dataclass
 class Timed:
-    """A ranking with the seconds each query took in the stage that produced it."""
+    """A ranking with the seconds each query took in the stage that produced it, the LLM tokens
+    it spent (stages that call a model), counters per query (``rounds`` of an agentic loop, ...)
+    and a JSON trace per query (what a loop did, for drill-downs)."""
 
     ranking: Ranking
     seconds: np.ndarray
+    usage: QueryUsage | None = None
+    counters: dict[str, np.ndarray] | None = None
+    traces: list[Any] | None = None
+
+
+@dataclass
+class Queries:
+    """What retrievers search with after a query transform: one or more ``texts`` per query
+    (``owner[i]`` is the query text ``i`` belongs to), optionally with weighted BM25 ``terms``
+    per text (pseudo-relevance feedback), the transform's seconds per query and its tokens."""
+
+    texts: list[str]
+    owner: np.ndarray
+    seconds: np.ndarray
+    terms: list[dict[str, float]] | None = None
+    usage: QueryUsage | None = None
+    notes: list[list[str]] | None = None  # per query: what the transform wrote (drill-down)
+
+
+def query_texts(value: Sequence[str] | Queries) -> list[str]:
+    """The texts to search with: a transform's, or the queries as given."""
+    return list(value.texts) if isinstance(value, Queries) else list(value)
+
+
+@dataclass
+class Answers:
+    """A generator's answer per query, the chunk ids its prompt held, its seconds per query and
+    the tokens it spent."""
+
+    texts: list[str]
+    used: list[list[str]]
+    seconds: np.ndarray
+    usage: QueryUsage | None = None
 
 
 @dataclass
@@ -131,18 +182,62 @@ def _load_chunks(path: Path) -> ChunkSet:
     )
 
 
+def _usage_arrays(usage: QueryUsage | None) -> dict[str, Any]:
+    if usage is None:
+        return {}
+    return {
+        "usage_model": np.array(usage.model),
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+    }
+
+
+def _usage_of(data: Any) -> QueryUsage | None:
+    if "usage_model" not in data:
+        return None
+    return QueryUsage(str(data["usage_model"]), data["prompt_tokens"], data["completion_tokens"])
+
+
 def _save_ranking(timed: Timed, path: Path) -> None:
+    counters: dict[str, Any] = {f"counter_{n}": v for n, v in (timed.counters or {}).items()}
     np.savez(
         path / "ranking.npz",
         ids=timed.ranking.ids.astype(str),
         scores=timed.ranking.scores,
         seconds=timed.seconds,
+        **_usage_arrays(timed.usage),
+        **counters,
     )
+    if timed.traces is not None:
+        text = json.dumps(timed.traces, ensure_ascii=False)
+        (path / "traces.json").write_text(text, "utf-8")
 
 
 def _load_ranking(path: Path) -> Timed:
     data = np.load(path / "ranking.npz")
-    return Timed(Ranking(data["ids"].astype(object), data["scores"]), data["seconds"])
+    ranking = Ranking(data["ids"].astype(object), data["scores"])
+    counters = {k.removeprefix("counter_"): data[k] for k in data.files if k.startswith("counter_")}
+    traces = path / "traces.json"
+    return Timed(
+        ranking,
+        data["seconds"],
+        _usage_of(data),
+        counters or None,
+        json.loads(traces.read_text("utf-8")) if traces.is_file() else None,
+    )
+
+
+def _save_answers(answers: Answers, path: Path) -> None:
+    (path / "answers.json").write_text(
+        json.dumps({"texts": answers.texts, "used": answers.used}, ensure_ascii=False), "utf-8"
+    )
+    np.savez(path / "answers.npz", seconds=answers.seconds, **_usage_arrays(answers.usage))
+
+
+def _load_answers(path: Path) -> Answers:
+    payload = json.loads((path / "answers.json").read_text("utf-8"))
+    data = np.load(path / "answers.npz")
+    return Answers(payload["texts"], payload["used"], data["seconds"], _usage_of(data))
 
 
 def _save_query_vectors(value: QueryVectors, path: Path) -> None:
@@ -169,7 +264,32 @@ VECTORS = Codec(
     lambda p: np.load(p / "vectors.npy", mmap_mode="r"),
 )
 RANKING = Codec(_save_ranking, _load_ranking)
+ANSWERS = Codec(_save_answers, _load_answers)
 QUERY_VECTORS = Codec(_save_query_vectors, _load_query_vectors)
+
+
+def _save_queries(value: Queries, path: Path) -> None:
+    payload = {"texts": value.texts, "terms": value.terms, "notes": value.notes}
+    (path / "queries.json").write_text(json.dumps(payload, ensure_ascii=False), "utf-8")
+    np.savez(
+        path / "queries.npz", owner=value.owner, seconds=value.seconds, **_usage_arrays(value.usage)
+    )
+
+
+def _load_queries(path: Path) -> Queries:
+    payload = json.loads((path / "queries.json").read_text("utf-8"))
+    data = np.load(path / "queries.npz")
+    return Queries(
+        payload["texts"],
+        data["owner"],
+        data["seconds"],
+        payload["terms"],
+        _usage_of(data),
+        payload["notes"],
+    )
+
+
+QUERIES = Codec(_save_queries, _load_queries)
 TEXTS = Codec(_save_texts, _load_texts)
 BM25_INDEX = Codec(lambda i, p: i.save(p / "index"), lambda p: BM25Index.load(p / "index"))
 

@@ -22,21 +22,33 @@ See ARCHITECTURE.md for the recipe to add a stage.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
 from ragbench.index.cache import CachedEmbedder, EmbeddingCache, StageCache
 from ragbench.index.sparse import BM25Config, BM25Index
+from ragbench.llm.cache import LLMCache
+from ragbench.llm.client import LLMClient, LLMOptions
 from ragbench.models import model_identity
 from ragbench.protocols import Embedder
 from ragbench.registry import ComponentConfig, axes, components
 from ragbench.retrieve import artifacts
-from ragbench.retrieve.artifacts import ChunkSet, Codec, QueryVectors
+from ragbench.retrieve.artifacts import (
+    ChunkSet,
+    Codec,
+    Queries,
+    QueryUsage,
+    QueryVectors,
+    Timed,
+    query_texts,
+)
 from ragbench.retrieve.timed import embed_queries
 from ragbench.text.chunkers import chunk_documents
 from ragbench.types import Document, Ranking
@@ -49,6 +61,8 @@ __all__ = [
     "PlanBuilder",
     "Stage",
     "StepConfig",
+    "check_template",
+    "collapse",
     "compile_plan",
     "component_key",
     "stage_key",
@@ -110,6 +124,7 @@ class Env:
     filter: Mapping[str, Any] | None = None
     warm_up: bool = True
     embeddings: EmbeddingCache | None = None
+    llm_cache: LLMCache | None = None
     _components: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
 
     def component(self, family: str, config: ComponentConfig) -> Any:
@@ -127,9 +142,45 @@ class Env:
             return CachedEmbedder(embedder, self.embeddings, roles=("document",))
         return embedder
 
+    def llm(self, config: LLMOptions, where: str) -> LLMClient:
+        """The client of ``config``, one per env, its calls cached in the env's LLM cache
+        (``where`` names the config's key path in errors)."""
+        key = ("llm", config.model_dump_json())
+        if key not in self._components:
+            self._components[key] = LLMClient(config, self.llm_cache, where)
+        client: LLMClient = self._components[key]
+        return client
+
+    def clients(self) -> list[LLMClient]:
+        """Every LLM client the env has made (their usage counts requests)."""
+        return [c for c in self._components.values() if isinstance(c, LLMClient)]
+
     def source(self, name: str) -> Any:
         """The value of a source: ``corpus`` or ``queries``."""
         return self.corpus if name == "corpus" else self.queries
+
+
+def check_template(
+    text: str,
+    required: frozenset[str] | set[str],
+    optional: frozenset[str] | set[str] = frozenset(),
+) -> str:
+    """``text`` if it is a prompt template with every ``{field}`` of ``required`` and no field
+    outside ``required`` and ``optional`` (else ValueError naming them; literal braces are
+    written ``{{`` and ``}}``)."""
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+    except ValueError as exc:
+        message = f"not a prompt template ({exc}); write literal braces as {{{{ }}}}"
+        raise ValueError(message) from None
+    missing, unknown = required - fields, fields - required - set(optional)
+    if missing or unknown:
+        wanted = ", ".join(f"{{{f}}}" for f in sorted(required))
+        raise ValueError(
+            f"a prompt template needs {wanted}"
+            + (f"; unknown fields: {', '.join(sorted(unknown))}" if unknown else "")
+        )
+    return text
 
 
 class StepConfig(ComponentConfig):
@@ -140,8 +191,6 @@ class StepConfig(ComponentConfig):
     ``wants`` says how many hits it needs from upstream to give ``k`` (a reranker wants its
     ``candidates``).
     """
-
-    step: ClassVar[bool] = True
 
     def wants(self, k: int) -> int:
         """Upstream hits needed to output ``k``."""
@@ -155,12 +204,15 @@ class StepConfig(ComponentConfig):
 @dataclass(frozen=True)
 class Plan:
     """An ordered list of stages (inputs first), the ranking it outputs, the chunks stage that
-    ranking's ids refer to, and the axes it used."""
+    ranking's ids refer to, the axes it used, the stage holding its answers (if a generator
+    answers), and the stage holding the query texts the retrievers searched with."""
 
     stages: Mapping[str, Stage]
     output: str
     chunks: str
     axes: frozenset[str]
+    answers: str | None = None
+    queries: str = "queries"
 
     def keys(self) -> dict[str, str]:
         """Stage name → artifact key."""
@@ -176,7 +228,9 @@ class PlanBuilder:
 
     ``configs`` is the trial: one component config per axis. ``queries`` names the stage whose
     value is the query texts the retrievers see (the ``queries`` source until a query step
-    replaces it).
+    replaces it with its ``Queries``; ``varied`` when that gives some queries several texts);
+    ``answers`` names the stage holding a generator's answers; ``result_chunks`` the chunk set
+    a post-retrieval step's ranking refers to, when it is not the trial's chunks.
     """
 
     def __init__(
@@ -186,8 +240,16 @@ class PlanBuilder:
         self.stages: dict[str, Stage] = {}
         self.used: set[str] = set()
         self.queries = "queries"
+        self.varied = False
+        self.answers: str | None = None
+        self.result_chunks: str | None = None
         self._keys = {name: (sources or {}).get(name, name) for name in SOURCES}
         self._by_key: dict[str, str] = {}
+
+    @property
+    def sources(self) -> dict[str, str]:
+        """The keys of the plan's sources (for compiling a sub-plan over the same data)."""
+        return dict(self._keys)
 
     def config(self, axis: str) -> ComponentConfig:
         """The trial's component on ``axis`` (recorded as used by the plan)."""
@@ -230,6 +292,24 @@ class PlanBuilder:
         )
         self._by_key[key] = unique
         return unique
+
+    def adopt(self, plan: Plan) -> dict[str, str]:
+        """Add another plan's index-time stages (compiled with the same sources) to this one,
+        sharing those it already has; returns that plan's stage names → names here."""
+        names: dict[str, str] = {source: source for source in SOURCES}
+        for stage in plan.index_stages():
+            if stage.key in self._by_key:
+                names[stage.name] = self._by_key[stage.key]
+                continue
+            unique, n = stage.name, 1
+            while unique in self.stages:
+                n += 1
+                unique = f"{stage.name}#{n}"
+            inputs = tuple(names[i] for i in stage.inputs)
+            self.stages[unique] = dataclasses.replace(stage, name=unique, inputs=inputs)
+            self._by_key[stage.key] = unique
+            names[stage.name] = unique
+        return names
 
     # ------------------------------------------------------------ resources steps ask for
 
@@ -317,8 +397,9 @@ class PlanBuilder:
         """Vectors of the (current) query texts, each query embedded alone and timed."""
         embedder = embedder or self.config("embedder")
 
-        def compute(env: Env, queries: Sequence[str]) -> QueryVectors:
-            return QueryVectors(*embed_queries(env.embedder(embedder), queries, env.warm_up))
+        def compute(env: Env, queries: Sequence[str] | Queries) -> QueryVectors:
+            texts = query_texts(queries)
+            return QueryVectors(*embed_queries(env.embedder(embedder), texts, env.warm_up))
 
         return self.add(
             "query_vectors",
@@ -349,10 +430,36 @@ def compile_plan(
     ranking: str | None = None
     for name in steps:
         g.used.add(name)
-        ranking = _step(configs[name], name).plan(g, ranking, out[name]) or ranking
+        produced = _step(configs[name], name).plan(g, ranking, out[name])
+        if produced is not None and ranking is None and g.varied:
+            produced = collapse(g, produced, out[name])  # one row per query again
+        ranking = produced or ranking
     if ranking is None:
         raise ValueError("the trial's steps produce no ranking (a retriever is needed)")
-    return Plan(dict(g.stages), ranking, g.chunks(), frozenset(g.used))
+    chunks = g.result_chunks or g.chunks()
+    return Plan(dict(g.stages), ranking, chunks, frozenset(g.used), g.answers, g.queries)
+
+
+def collapse(g: PlanBuilder, ranking: str, k: int) -> str:
+    """Fuse the rows of a ranking over several texts per query (a multi-query or decomposing
+    transform) into one row per query, by reciprocal rank fusion (k = 60)."""
+
+    def compute(env: Env, found: Timed, queries: Queries) -> Timed:
+        owner = np.asarray(queries.owner)
+        n = int(owner.max()) + 1 if len(owner) else 0
+        fused = []
+        for row in range(n):
+            scores: dict[str, float] = {}
+            for i in np.flatnonzero(owner == row):
+                for rank, (cid, _) in enumerate(found.ranking.row(int(i)), start=1):
+                    scores[cid] = scores.get(cid, 0.0) + 1.0 / (60 + rank)
+            fused.append(sorted(scores.items(), key=lambda p: (-p[1], p[0]))[:k])
+        seconds = np.bincount(owner, weights=found.seconds, minlength=n)
+        return Timed(Ranking.from_rows(fused, k), seconds)
+
+    return g.add(
+        "fuse_queries", "fuse_queries", (ranking, g.queries), (k,), compute, artifacts.RANKING
+    )
 
 
 def _step(config: ComponentConfig, axis: str) -> StepConfig:
@@ -406,12 +513,54 @@ class Execution:
 
     def latency(self) -> dict[str, np.ndarray]:
         """Seconds per query of every timed stage, in plan order (each such stage is loaded
-        or computed)."""
-        return {
-            stage.latency: np.asarray(self[name].seconds)
-            for name, stage in self.plan.stages.items()
-            if stage.latency is not None
-        }
+        or computed); a stage that ran once per text of a multi-text query counts the sum of
+        its texts."""
+        owner = self._owner()
+        found = {}
+        for name, stage in self.plan.stages.items():
+            if stage.latency is None:
+                continue
+            seconds = np.asarray(self[name].seconds, dtype=np.float64)
+            n = len(self.env.queries)
+            if owner is not None and len(seconds) == len(owner) != n:
+                seconds = np.bincount(owner, weights=seconds, minlength=n).astype(np.float64)
+            found[stage.latency] = seconds
+        return found
+
+    def _owner(self) -> np.ndarray | None:
+        value = self[self.plan.queries]
+        return np.asarray(value.owner) if isinstance(value, Queries) else None
+
+    def usage(self) -> dict[str, QueryUsage]:
+        """LLM tokens per query of every stage that spent some, by latency name (or stage
+        name), in plan order (each such stage is loaded or computed)."""
+        found = {}
+        for name, stage in self.plan.stages.items():
+            if stage.latency is not None:
+                value = self[name]
+                if getattr(value, "usage", None) is not None:
+                    found[stage.latency] = value.usage
+        return found
+
+    def counters(self) -> dict[str, np.ndarray]:
+        """Per-query counters of the plan's timed stages (``<stage>.<counter>``: rounds and LLM
+        calls of an agentic loop, ...)."""
+        found = {}
+        for name, stage in self.plan.stages.items():
+            if stage.latency is not None:
+                for counter, values in (getattr(self[name], "counters", None) or {}).items():
+                    found[f"{stage.latency}.{counter}"] = np.asarray(values)
+        return found
+
+    def traces(self) -> dict[str, list[Any]]:
+        """Per-query JSON traces of the plan's timed stages that keep one."""
+        found = {}
+        for name, stage in self.plan.stages.items():
+            if stage.latency is not None:
+                traces = getattr(self[name], "traces", None)
+                if traces is not None:
+                    found[stage.latency] = traces
+        return found
 
     def build_seconds(self) -> float:
         """Build time recorded with the plan's index-time artifacts (cached runs only)."""

@@ -14,28 +14,23 @@ vectors of its own embedder, so a sweep embeds the corpus once for it.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
-from tqdm.auto import tqdm
 
-from ragbench.endpoints import EndpointOptions
 from ragbench.errors import RagbenchError
+from ragbench.llm.client import LLMClient, LLMError, LLMOptions
 from ragbench.models import hub_offline, resolve_model
 from ragbench.protocols import Embedder, Reranker
 from ragbench.registry import component_field, components
-from ragbench.retrieve.artifacts import RANKING, ChunkSet, Timed
+from ragbench.retrieve.artifacts import RANKING, ChunkSet, QueryUsage, Timed
 from ragbench.retrieve.assemble import quote_untrusted, system_notice
 from ragbench.retrieve.graph import Env, PlanBuilder, StepConfig, component_key
 from ragbench.retrieve.timed import per_query, rows
@@ -53,6 +48,7 @@ __all__ = [
     "RerankError",
     "RerankStats",
     "RerankerConfig",
+    "judge_messages",
     "parse_score",
     "rerank",
 ]
@@ -124,19 +120,36 @@ def rerank(
     texts: Mapping[str, str],
     k: int,
     warm_up: bool = True,
-) -> tuple[Ranking, np.ndarray]:
-    """Reranked top-k per query, timed per query.
+) -> Timed:
+    """Reranked top-k per query, timed per query (with the tokens of a reranker that calls an
+    LLM through a ``client``).
 
     A reranker rescores only its ``candidates``; when ``k`` is larger, the first-stage hits
     after them follow in their original order, scored below every reranked hit (so recall@k
     keeps the first stage's depth, as in BEIR's reranking setup).
     """
+    client = getattr(reranker, "client", None)
+    spent: list[tuple[int, int]] = []
 
     def step(s: slice) -> Ranking:
         head = rows(ranking, s)
-        return _with_tail(reranker.rerank(queries[s], head, texts, k), head, k)
+        before = _tokens(client)
+        found = _with_tail(reranker.rerank(queries[s], head, texts, k), head, k)
+        after = _tokens(client)
+        spent.append((after[0] - before[0], after[1] - before[1]))
+        return found
 
-    return per_query(step, len(queries), k, warm_up)
+    reranked, seconds = per_query(step, len(queries), k, warm_up)
+    if not isinstance(client, LLMClient):
+        return Timed(reranked, seconds)
+    counts = np.array(spent[len(spent) - len(queries) :], dtype=np.int64).reshape(-1, 2)
+    return Timed(reranked, seconds, QueryUsage(client.config.model, counts[:, 0], counts[:, 1]))
+
+
+def _tokens(client: object) -> tuple[int, int]:
+    if not isinstance(client, LLMClient):
+        return 0, 0
+    return client.usage.prompt_tokens, client.usage.completion_tokens
 
 
 def _with_tail(head: Ranking, first: Ranking, k: int) -> Ranking:
@@ -178,8 +191,7 @@ class RerankerConfig(StepConfig):
             env: Env, first: Timed, chunks: ChunkSet, queries: Sequence[str], *extra: np.ndarray
         ) -> Timed:
             reranker = self.reranker(env, extra[0] if extra else None, chunks)
-            found = rerank(reranker, queries, first.ranking, chunks.texts, k, env.warm_up)
-            return Timed(*found)
+            return rerank(reranker, queries, first.ranking, chunks.texts, k, env.warm_up)
 
         inputs = (upstream, g.chunks(), "queries", *([vectors] if vectors else []))
         parts = (component_key(self), k)
@@ -354,15 +366,17 @@ class DenseReranker:
         return _rescore(queries, ranking, texts, k, self.config.candidates, self._score, self.stats)
 
 
-class LLMRerankConfig(RerankerConfig, EndpointOptions):
+class LLMRerankConfig(RerankerConfig, LLMOptions):
     """An LLM relevance judge at an OpenAI-compatible endpoint (``base_url`` with or without
     ``/v1``); the API key, if any, is that of ``credential`` (see ``ragbench.endpoints``)."""
 
     kind: Literal["llm"] = "llm"
-    model: str
     candidates: int = Field(20, gt=0)
     timeout: float = Field(30.0, gt=0)
-    max_concurrency: int = Field(4, gt=0)
+
+    def reranker(self, env: Env, vectors: np.ndarray | None, chunks: ChunkSet) -> Reranker:
+        """A judge calling the model through the env's cached client."""
+        return LLMReranker(self, env.llm(self, "reranker"))
 
 
 _PASSAGE_TAG = "passage"
@@ -382,16 +396,28 @@ def parse_score(reply: str) -> float | None:
     return value if 0 <= value <= 10 else None
 
 
-class LLMReranker:
-    """Asks a chat model for a 0–10 score per (query, passage), ``max_concurrency`` at a time.
+def judge_messages(query: str, passage: str) -> list[dict[str, str]]:
+    """The chat messages asking for a 0–10 relevance score of ``passage`` for ``query`` (the
+    passage framed as untrusted data)."""
+    user = (
+        f"Query: {' '.join(query.split())}\n\n"
+        f"<{_PASSAGE_TAG}>\n{quote_untrusted(passage, _PASSAGE_TAG)}\n</{_PASSAGE_TAG}>"
+        "\n\nScore (0-10):"
+    )
+    return [{"role": "system", "content": _JUDGE_SYSTEM}, {"role": "user", "content": user}]
 
-    Unparsable replies score 0 (with a warning); HTTP and connection errors raise
-    :class:`RerankError` naming the URL.
+
+class LLMReranker:
+    """Asks a chat model for a 0–10 score per (query, passage) through an :class:`LLMClient`
+    (cached by content, ``max_concurrency`` requests at a time, retried on 429/5xx).
+
+    Unparsable replies score 0 (with a warning); a failing endpoint raises :class:`RerankError`
+    naming it.
     """
 
-    def __init__(self, config: LLMRerankConfig) -> None:
+    def __init__(self, config: LLMRerankConfig, client: LLMClient | None = None) -> None:
         self.config = config
-        self.endpoint = config.endpoint("reranker")
+        self.client = client or LLMClient(config, where="reranker")
         self.stats = RerankStats()
 
     @property
@@ -399,71 +425,19 @@ class LLMReranker:
         """First-stage hits rescored per query."""
         return self.config.candidates
 
-    @property
-    def url(self) -> str:
-        """The chat-completions URL."""
-        base = self.endpoint.url.rstrip("/")
-        return base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
-
-    def _request(self, query: str, passage: str) -> urllib.request.Request:
-        user = (
-            f"Query: {' '.join(query.split())}\n\n<{_PASSAGE_TAG}>\n"
-            f"{quote_untrusted(passage, _PASSAGE_TAG)}\n</{_PASSAGE_TAG}>\n\nScore (0-10):"
-        )
-        body = {
-            "model": self.config.model,
-            "messages": [
-                {"role": "system", "content": _JUDGE_SYSTEM},
-                {"role": "user", "content": user},
-            ],
-            "temperature": 0,
-            "max_tokens": 8,
-        }
-        data, headers = json.dumps(body).encode(), {"Content-Type": "application/json"}
-        request = urllib.request.Request(self.url, data, headers, method="POST")
-        if self.endpoint.api_key:  # unredirected: a redirect never carries the key elsewhere
-            request.add_unredirected_header("Authorization", f"Bearer {self.endpoint.api_key}")
-        return request
-
-    def _judge(self, query: str, passage: str) -> float:
-        try:
-            with urllib.request.urlopen(
-                self._request(query, passage), timeout=self.config.timeout
-            ) as response:
-                payload = json.load(response)
-        except urllib.error.HTTPError as exc:
-            detail = exc.read(300).decode("utf-8", "replace")
-            raise RerankError(
-                f"LLM judge at {self.url} returned HTTP {exc.code}: {detail}"
-            ) from exc
-        except (urllib.error.URLError, TimeoutError) as exc:
-            raise RerankError(f"cannot reach LLM judge at {self.url}: {exc}") from exc
-        except json.JSONDecodeError as exc:
-            raise RerankError(f"LLM judge at {self.url} did not return JSON: {exc}") from exc
-        try:
-            reply = payload["choices"][0]["message"]["content"] or ""
-        except (KeyError, IndexError, TypeError):
-            raise RerankError(
-                f"LLM judge at {self.url} returned no choices[0].message.content"
-            ) from None
-        score = parse_score(reply)
-        if score is None:
-            log.warning("unparsable LLM judge reply %r; scoring 0", reply[:80])
-            return 0.0
-        return score
-
     def _score(self, queries: Sequence[str], pairs: Pairs, texts: Mapping[str, str]) -> np.ndarray:
-        with ThreadPoolExecutor(self.config.max_concurrency) as pool:
-            futures = [pool.submit(self._judge, queries[i], texts[cid]) for i, cid in pairs]
-            try:
-                results = [
-                    f.result() for f in tqdm(futures, desc="llm rerank", disable=len(pairs) < 100)
-                ]
-            except BaseException:
-                for f in futures:
-                    f.cancel()
-                raise
-        return np.asarray(results, dtype=np.float64)
+        conversations = [judge_messages(queries[i], texts[cid]) for i, cid in pairs]
+        try:
+            replies = self.client.chat_many(conversations, max_tokens=8)
+        except LLMError as exc:
+            raise RerankError(f"LLM judge: {exc}") from exc
+        scores = []
+        for reply in replies:
+            score = parse_score(reply.text)
+            if score is None:
+                log.warning("unparsable LLM judge reply %r; scoring 0", reply.text[:80])
+            scores.append(score or 0.0)
+        return np.asarray(scores, dtype=np.float64)
 
     def rerank(
         self, queries: Sequence[str], ranking: Ranking, texts: Mapping[str, str], k: int

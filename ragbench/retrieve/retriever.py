@@ -15,10 +15,17 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from ragbench.index.sparse import BM25Config
-from ragbench.protocols import DenseStore, Fusion, SparseIndex
+from ragbench.index.sparse import BM25Config, BM25Index
+from ragbench.protocols import DenseStore, Fusion
 from ragbench.registry import ComponentConfig, component_field, components
-from ragbench.retrieve.artifacts import RANKING, ChunkSet, QueryVectors, Timed
+from ragbench.retrieve.artifacts import (
+    RANKING,
+    ChunkSet,
+    Queries,
+    QueryVectors,
+    Timed,
+    query_texts,
+)
 from ragbench.retrieve.graph import Env, PlanBuilder, StepConfig, component_key
 from ragbench.retrieve.timed import per_query, rows
 from ragbench.text.chunk_table import ChunkTable, document_ranking
@@ -40,11 +47,16 @@ def bm25_search(
 ) -> str:
     """Plan a BM25 search (top ``k`` per query) over the chunks of ``chunker``."""
 
-    def compute(env: Env, index: SparseIndex, queries: Sequence[str]) -> Timed:
-        def step(s: slice) -> Ranking:
-            return index.search(queries[s], k, env.filter)
+    def compute(env: Env, index: BM25Index, queries: Sequence[str] | Queries) -> Timed:
+        texts = query_texts(queries)
+        terms = queries.terms if isinstance(queries, Queries) else None
 
-        return Timed(*per_query(step, len(queries), k, env.warm_up))
+        def step(s: slice) -> Ranking:
+            if terms is not None:  # weighted terms (pseudo-relevance feedback)
+                return index.search_weighted(terms[s], k, env.filter)
+            return index.search(texts[s], k, env.filter)
+
+        return Timed(*per_query(step, len(texts), k, env.warm_up))
 
     inputs = (g.bm25_index(config, chunker), g.queries)
     return g.add("bm25", "bm25", inputs, (k,), compute, RANKING, latency="bm25")
