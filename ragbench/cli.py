@@ -107,8 +107,8 @@ def _cmd_datasets_info(args: argparse.Namespace) -> int:
     from ragbench.data.summary import summarize
 
     path = resolve_dataset(args.path)
-    fmt = dataset_format(path, args.format)
-    info = summarize(load_dataset(path, format=fmt, split=args.split))
+    fmt = dataset_format(path, args.format, args.queries)
+    info = summarize(load_dataset(path, format=fmt, split=args.split, queries=args.queries))
     grades = ", ".join(f"grade {g}: {n:,}" for g, n in info.judgements.items())
     rows = [
         ("name", info.name),
@@ -134,7 +134,7 @@ def _cmd_datasets_info(args: argparse.Namespace) -> int:
 def _cmd_datasets_validate(args: argparse.Namespace) -> int:
     from ragbench.data.validate import validate_dataset
 
-    report = validate_dataset(args.path, format=args.format)
+    report = validate_dataset(args.path, format=args.format, queries=args.queries)
     sys.stdout.write(f"{report}\n")
     return 0 if report.ok else 1
 
@@ -166,6 +166,50 @@ def _cmd_datasets_import_ragas(args: argparse.Namespace) -> int:
     return 0
 
 
+_GENERATE_NUMBERS: dict[str, type[int] | type[float]] = {
+    "n": int,
+    "seed": int,
+    "window": int,
+    "min_words": int,
+    "passage_words": int,
+    "min_match": float,
+    "dedup": float,
+    "max_overlap": float,
+    "multi_hop": int,
+}
+
+
+def _cmd_datasets_generate(args: argparse.Namespace) -> int:
+    from ragbench.data.generate import build_method, generate
+
+    options: dict[str, int | float | None] = {}
+    for name, kind in _GENERATE_NUMBERS.items():
+        text = getattr(args, name)
+        try:
+            options[name] = None if text is None else kind(text)
+        except ValueError:
+            expected = "an integer" if kind is int else "a number"
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{flag}: expected {expected}, got {text!r}") from None
+    n, seed = options.pop("n"), options.pop("seed")
+    method = build_method(
+        args.method,
+        base_url=args.base_url,
+        model=args.model,
+        credential=args.credential,
+        llm_cache=args.llm_cache,
+        embedder=_json_arg("--embedder", args.embedder) if args.embedder else None,
+        **options,
+    )
+    result = generate(
+        args.corpus, args.out, method, n=50 if n is None else int(n), seed=int(seed or 0)
+    )
+    for problem in result.problems:
+        print(f"skipped {problem.path}: {problem.reason}", file=sys.stderr)
+    sys.stdout.write(f"{result}\n")
+    return 0
+
+
 # ---------------------------------------------------------------- run, cache
 
 
@@ -192,12 +236,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from ragbench.report.tables import trial_table
 
     config = load_config(args.config, args.set or ())
-    if args.dataset:
+    dataset: dict[str, str | None] = {}
+    if args.dataset:  # another set: its own labels unless --queries gives them
         given = Path(args.dataset)
-        path = str(given.resolve()) if given.exists() else args.dataset
-        config = config.model_copy(
-            update={"dataset": config.dataset.model_copy(update={"path": path})}
-        )
+        dataset = {
+            "path": str(given.resolve()) if given.exists() else args.dataset,
+            "queries": None,
+        }
+    if args.queries:
+        dataset["queries"] = str(Path(args.queries).resolve())
+    if dataset:
+        config = config.model_copy(update={"dataset": config.dataset.model_copy(update=dataset)})
     if args.dry_run:
         _print_frame(dry_run(config, args.limit_queries).set_index("trial_id"))
         return 0
@@ -295,7 +344,14 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--workers", type=int, default=2, help="processes for process/dask")
     run.add_argument("--scheduler", help="dask scheduler address (default: a LocalCluster)")
     run.add_argument("--limit-queries", type=int, help="evaluate only the first N queries")
-    run.add_argument("--dataset", help="dataset path or name, replacing the config's")
+    run.add_argument(
+        "--dataset", help="dataset path or name, replacing the config's (and its queries file)"
+    )
+    run.add_argument(
+        "--queries",
+        metavar="FILE",
+        help="queries file labeling a plain folder of documents (default: its queries.jsonl)",
+    )
     run.add_argument(
         "--set",
         action="append",
@@ -571,22 +627,25 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_datasets(sub: argparse._SubParsersAction) -> None:
     datasets = sub.add_parser(
-        "datasets", help="list, describe, validate, download or import datasets"
+        "datasets", help="list, describe, validate, download, import or generate datasets"
     )
     commands = datasets.add_subparsers(dest="datasets_command", required=True)
     listing = commands.add_parser("list", help="bundled sets and downloadable BEIR sets")
     listing.set_defaults(func=_cmd_datasets_list)
-    formats = ["beir", "spans", "chunking_evaluation"]
+    formats = ["beir", "spans", "chunking_evaluation", "folder"]
+    queries = "queries file labeling a plain folder of documents (default: its queries.jsonl)"
     info = commands.add_parser("info", help="counts and fingerprint of a dataset")
     info.add_argument("path", help="dataset folder, bundled name (demo) or downloaded BEIR name")
     info.add_argument("--split", default="test")
     info.add_argument("--format", choices=formats, help="dataset format (default: detected)")
+    info.add_argument("--queries", metavar="FILE", help=queries)
     info.set_defaults(func=_cmd_datasets_info)
     validate = commands.add_parser(
         "validate", help="list every problem of a dataset (exit 1 when there are any)"
     )
     validate.add_argument("path", help="dataset folder or name")
     validate.add_argument("--format", choices=formats, help="dataset format (default: detected)")
+    validate.add_argument("--queries", metavar="FILE", help=queries)
     validate.set_defaults(func=_cmd_datasets_validate)
     download = commands.add_parser("download", help="download a BEIR dataset")
     download.add_argument("name", help="BEIR name, e.g. scifact (see `ragbench datasets list`)")
@@ -612,6 +671,92 @@ def _add_datasets(sub: argparse._SubParsersAction) -> None:
         "they become the set's corpus (default: one document per distinct context)",
     )
     ragas.set_defaults(func=_cmd_datasets_import_ragas)
+    _add_generate(commands)
+
+
+def _add_generate(commands: argparse._SubParsersAction) -> None:
+    generate = commands.add_parser(
+        "generate",
+        help="generate a span-labeled set from documents (ict, headings or an LLM)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Sample N places of CORPUS (round-robin over documents, then over their sections,
+seeded), make a query of each and write a span-labeled set to --out that
+`ragbench datasets validate` accepts. CORPUS is a file or folder of documents, or
+a labeled set (BEIR, span-labeled, chunking_evaluation) whose documents are used.
+
+methods:
+  ict       (offline) a sentence is the query; the --window sentences before
+            and after it, without the sentence, are its evidence (inverse cloze
+            task); headings, code and table rows are skipped
+  headings  (offline; Markdown and HTML) a heading is the query, its section's
+            body the evidence; generic headings and short sections are skipped
+  llm       a chat model writes a question, verbatim excerpts of the passage
+            that answer it (located exactly, whitespace-normalised or fuzzily)
+            and a reference answer; near-duplicate questions are removed;
+            every call is cached, so a rerun makes no request
+
+ict and headings are biased toward lexical matching: their queries are the
+documents' own words, which favours BM25 over dense retrieval. Compare such
+retrievers on llm questions (or real ones). The summary lists the queries
+written, those dropped (and why) and the LLM requests made and cached.""",
+    )
+    generate.add_argument("corpus", help="file or folder of documents, or a labeled set")
+    generate.add_argument("--out", required=True, help="folder to write (new or empty)")
+    generate.add_argument(
+        "--method", default="ict", metavar="{ict,headings,llm}", help="(default: ict)"
+    )
+    generate.add_argument("--n", metavar="N", help="queries to generate (default: 50)")
+    generate.add_argument("--seed", metavar="S", help="sampling seed (default: 0)")
+    generate.add_argument(
+        "--min-words",
+        metavar="N",
+        help="skip a sentence (ict, default 8), section (headings, 20) or passage (llm, 30) "
+        "of fewer words",
+    )
+    generate.add_argument(
+        "--window", metavar="W", help="ict: sentences of evidence on each side (default: 2)"
+    )
+    llm = generate.add_argument_group("--method llm")
+    llm.add_argument(
+        "--base-url", help="OpenAI-compatible endpoint, e.g. https://api.openai.com/v1"
+    )
+    llm.add_argument("--model", help="chat model name")
+    llm.add_argument("--credential", help="credential name (see README: Endpoints and credentials)")
+    llm.add_argument(
+        "--llm-cache", metavar="DIR", help="LLM cache root (default: the stage cache root)"
+    )
+    llm.add_argument(
+        "--passage-words", metavar="N", help="words per passage shown to the model (default: 200)"
+    )
+    llm.add_argument(
+        "--min-match",
+        metavar="S",
+        help="lowest fuzzy match score (0-100) of an excerpt not found verbatim (default: 90)",
+    )
+    llm.add_argument(
+        "--embedder",
+        metavar="JSON",
+        help="embedder spec for near-duplicate questions (default: sentence-transformers)",
+    )
+    llm.add_argument(
+        "--dedup",
+        metavar="T",
+        help="drop a question more similar than T (cosine) to an earlier one (default: 0.95; "
+        "1: keep all)",
+    )
+    llm.add_argument(
+        "--max-overlap",
+        metavar="F",
+        help="drop a question when more than the share F of its content words are in its "
+        "excerpts (default: keep all)",
+    )
+    llm.add_argument(
+        "--multi-hop",
+        metavar="K",
+        help="K of the N questions over passages of two documents (default: 0)",
+    )
+    generate.set_defaults(func=_cmd_datasets_generate)
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:

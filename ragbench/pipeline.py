@@ -234,7 +234,9 @@ class RAGPipeline:
         trial = find_trial(store, trial_id)
         dataset = manifest["dataset"]
         fmt = manifest["config"]["dataset"].get("format")
-        labeled = load_dataset(dataset["path"], format=fmt, split=dataset["split"])
+        labeled = load_dataset(
+            dataset["path"], format=fmt, split=dataset["split"], queries=dataset.get("queries")
+        )
         pipeline = cls(trial)
         cache = StageCache(Path(manifest["cache_root"]))
         if pipeline.env.llm_cache is not None:  # the run's LLM calls answer the pipeline's

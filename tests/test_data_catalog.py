@@ -31,8 +31,11 @@ def test_layouts_are_detected(tmp_path: Path) -> None:
 
 
 def test_unknown_layouts_and_formats(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match=r"not a recognised dataset layout \(expected beir: qrels/"):
+    with pytest.raises(DataError, match=r"no labeled queries — write .*queries.jsonl"):
         load_dataset(tmp_path)
+    (tmp_path / "a.md").write_text("a file is no dataset", encoding="utf-8")
+    with pytest.raises(DataError, match=r"not a recognised dataset layout \(expected beir: qrels/"):
+        load_dataset(tmp_path / "a.md")
     with pytest.raises(DataError, match=r"no such dataset path or name \(bundled: demo; BEIR"):
         load_dataset(tmp_path / "missing")
     with pytest.raises(ConfigError, match=r"unknown dataset format 'csv'; known: beir"):

@@ -147,13 +147,14 @@ def test_bad_evidence_names_file_line_query_and_document(
         ('{"id": "q1", "text": "x", "evidence": []', r"queries.jsonl:1: invalid JSON"),
         (
             '{"id": "q1", "text": "x"}',
-            r"query 'q1': expected a list under 'evidence', found nothing",
+            r"no judged queries .* the first problem: .*queries.jsonl:1: query 'q1' has no "
+            r"evidence and no qrels or relevant documents \(left out\)",
         ),
         (
             '{"id": "q1", "text": "x", "evidnce": []}',
             r"unknown key\(s\) 'evidnce' \(allowed: id, text",
         ),
-        ('{"text": "x", "evidence": []}', r"expected a non-empty string 'id'"),
+        ('{"id": "", "text": "x", "evidence": []}', r"expected a non-empty string 'id'"),
         (
             '{"id": "q1", "text": "x", "evidence": [], "split": 1}',
             r"expected a string under 'split'",

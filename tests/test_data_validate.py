@@ -149,4 +149,4 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert "queries.jsonl:2: invalid JSON" in out[2]
     assert main(["datasets", "validate", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "not a recognised dataset layout" in err and "corpus/ + queries.jsonl" in err
+    assert "no labeled queries" in err and "ragbench datasets generate" in err

@@ -1,6 +1,6 @@
-"""Labeled retrieval sets: load them (BEIR, span-labeled, chunking_evaluation, DataFrames),
-check them, describe them, download the public BEIR sets, import ragas test sets, and read or
-write TREC files.
+"""Labeled retrieval sets: load them (BEIR, span-labeled, chunking_evaluation, a plain folder of
+documents with hand-written labels, DataFrames), check them, describe them, download the public
+BEIR sets, import ragas test sets, and read or write TREC files.
 
 ``load_dataset("demo")`` or ``load_dataset("path/to/set")`` is the usual entry point. Names are
 imported lazily, so ``import ragbench.data.labeled`` stays cheap.
@@ -21,6 +21,7 @@ _EXPORTS = {
     "resolve_dataset": "ragbench.data.catalog",
     "load_beir": "ragbench.data.beir",
     "load_spans": "ragbench.data.spans",
+    "load_folder": "ragbench.data.folder",
     "load_chunking_eval": "ragbench.data.chunking_eval",
     "from_frames": "ragbench.data.frames",
     "RagasImport": "ragbench.data.ragas_import",

@@ -3,9 +3,10 @@
 
 A path is recognised by its layout: ``qrels/`` + ``corpus.jsonl[.gz]`` is BEIR,
 ``corpora/`` + ``questions_df.csv`` is chunking_evaluation, ``corpus/`` + ``queries.jsonl`` is
-the span-labeled format. A name is a bundled set (``demo``, found in the repository's
-``datasets/`` folder next to the package) or a BEIR set downloaded into ``data_dir()``. An
-existing path wins over a name.
+the span-labeled format, and any other folder is a plain folder of documents labeled by its
+``queries.jsonl`` or by a queries file given separately (``ragbench.data.folder``). A name is a
+bundled set (``demo``, found in the repository's ``datasets/`` folder next to the package) or a
+BEIR set downloaded into ``data_dir()``. An existing path wins over a name.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import ragbench
 from ragbench.data.beir import check_beir, is_beir, load_beir
 from ragbench.data.chunking_eval import check_chunking_eval, is_chunking_eval, load_chunking_eval
 from ragbench.data.download import BEIR_DATASETS, data_dir
+from ragbench.data.folder import check_folder, is_folder, load_folder, no_labels
 from ragbench.data.labeled import LabeledSet
 from ragbench.data.problems import Problem
 from ragbench.data.spans import check_spans, is_spans, load_spans
@@ -38,7 +40,7 @@ __all__ = [
     "resolve_dataset",
 ]
 
-Format = Literal["beir", "spans", "chunking_evaluation"]
+Format = Literal["beir", "spans", "chunking_evaluation", "folder"]
 StrPath = str | os.PathLike[str]
 
 
@@ -48,7 +50,7 @@ class DatasetFormat(NamedTuple):
     layout: str
     detect: Callable[[Path], bool]
     load: Callable[..., LabeledSet]
-    check: Callable[[Path], list[Problem]]
+    check: Callable[..., list[Problem]]
 
 
 FORMATS: dict[str, DatasetFormat] = {
@@ -57,6 +59,12 @@ FORMATS: dict[str, DatasetFormat] = {
         "corpora/ + questions_df.csv", is_chunking_eval, load_chunking_eval, check_chunking_eval
     ),
     "spans": DatasetFormat("corpus/ + queries.jsonl", is_spans, load_spans, check_spans),
+    "folder": DatasetFormat(
+        "documents + queries.jsonl (no corpus/), or a queries file given separately",
+        is_folder,
+        load_folder,
+        check_folder,
+    ),
 }
 
 
@@ -116,29 +124,49 @@ def resolve_dataset(path_or_name: StrPath) -> Path:
     )
 
 
-def detect_format(path: Path) -> Format:
-    """The format whose layout ``path`` has; ``DataError`` naming the layouts otherwise."""
+def detect_format(path: Path, queries: StrPath | None = None) -> Format:
+    """The format whose layout ``path`` has; a folder with none is a plain folder of documents
+    when ``queries`` labels it. ``DataError`` naming the layouts, or saying how to label a
+    folder, otherwise."""
     if path.is_dir():
         for name, fmt in FORMATS.items():
             if fmt.detect(path):
                 return cast(Format, name)
+        if queries is not None:
+            return "folder"
+        raise DataError(no_labels(path))
     layouts = "; ".join(f"{name}: {fmt.layout}" for name, fmt in FORMATS.items())
     raise DataError(f"{path}: not a recognised dataset layout (expected {layouts})")
 
 
-def dataset_format(path: Path, format: str | None) -> Format:
-    """``format`` checked against the known ones, or detected from ``path``."""
+def dataset_format(path: Path, format: str | None, queries: StrPath | None = None) -> Format:
+    """``format`` checked against the known ones, or detected from ``path``; a separate
+    ``queries`` file goes with a plain folder of documents only (``ConfigError`` otherwise)."""
     if format is None:
-        return detect_format(path)
-    if format not in FORMATS:
+        fmt = detect_format(path, queries)
+    elif format in FORMATS:
+        fmt = cast(Format, format)
+    else:
         raise ConfigError(f"unknown dataset format {format!r}; known: {', '.join(FORMATS)}")
-    return cast(Format, format)
+    if queries is not None and fmt != "folder":
+        raise ConfigError(
+            f"queries file {queries}: only a plain folder of documents takes a separate queries "
+            f"file, and {path} is a {fmt} set ({FORMATS[fmt].layout}) with its own queries"
+        )
+    return fmt
 
 
 def load_dataset(
-    path_or_name: StrPath, format: Format | None = None, split: str = "test", **options: Any
+    path_or_name: StrPath,
+    format: Format | None = None,
+    split: str = "test",
+    queries: StrPath | None = None,
+    **options: Any,
 ) -> LabeledSet:
     """Load a labeled set by path or name; ``format`` is detected from the layout unless given,
-    ``options`` go to the format's loader (e.g. ``title="metadata"`` for BEIR)."""
+    ``queries`` labels a plain folder of documents (default: its ``queries.jsonl``), ``options``
+    go to the format's loader (e.g. ``title="metadata"`` for BEIR)."""
     path = resolve_dataset(path_or_name)
-    return FORMATS[dataset_format(path, format)].load(path, split=split, **options)
+    fmt = dataset_format(path, format, queries)
+    labels = {} if queries is None else {"queries": queries}
+    return FORMATS[fmt].load(path, split=split, **labels, **options)

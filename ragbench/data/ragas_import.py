@@ -28,19 +28,15 @@ from __future__ import annotations
 
 import ast
 import bisect
-import json
 import os
 import re
-import shutil
-import tempfile
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ragbench.data.problems import Problem, ProblemLog, csv_records, jsonl_records
-from ragbench.data.spans import read_corpus
-from ragbench.errors import DataError, RagbenchError
+from ragbench.data.spans import find_passage, read_corpus, write_spans
+from ragbench.errors import DataError
 from ragbench.types import Document
 
 __all__ = ["RagasImport", "import_ragas"]
@@ -67,7 +63,6 @@ _RAGAS_FIELDS = frozenset(
 )
 _METADATA_FIELDS = ("persona_name", "query_style", "query_length")
 _HOP_MARKER = re.compile(r"<\d+-hop>\s*")
-_CONTEXTS_FILE = "contexts.jsonl"
 
 
 @dataclass(frozen=True)
@@ -103,7 +98,7 @@ def import_ragas(source: StrPath, out: StrPath, corpus: StrPath | None = None) -
     if not queries:
         first = f"; the first problem: {log.problems[0]}" if log.problems else ""
         raise DataError(f"{path}: no usable rows{first}")
-    _write(target, documents, queries, corpus_given=corpus is not None)
+    write_spans(target, documents, queries, corpus_given=corpus is not None)
     return RagasImport(
         path=target,
         queries=len(queries),
@@ -308,18 +303,11 @@ class _Finder:
     def locate(self, passage: str) -> tuple[Span, bool] | None:
         """The first occurrence of ``passage`` as (doc id, start, end), and whether there are
         more; verbatim, else with whitespace normalised."""
-        if "\0" in passage:
+        found = None if "\0" in passage else find_passage(passage, self.text)
+        if found is None:
             return None
-        first = self.text.find(passage)
-        if first >= 0:
-            again = self.text.find(passage, first + 1) >= 0
-            return self._span(first, first + len(passage)), again
-        pattern = re.compile(r"\s+".join(map(re.escape, passage.split())))
-        match = pattern.search(self.text)
-        if match is None:
-            return None
-        again = pattern.search(self.text, match.start() + 1) is not None
-        return self._span(match.start(), match.end()), again
+        start, end, again = found
+        return self._span(start, end), again is not None
 
     def _span(self, start: int, end: int) -> Span:
         i = bisect.bisect_right(self.starts, start) - 1
@@ -340,47 +328,3 @@ def _query(sample: _Sample, samples: list[_Sample], spans: list[Span]) -> dict[s
     ]
     record["metadata"] = sample.metadata
     return record
-
-
-def _write(
-    out: Path, documents: list[Document], queries: list[dict[str, Any]], corpus_given: bool
-) -> None:
-    """Write the set into a temporary folder next to ``out``, then rename it to ``out``."""
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        temporary = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    except OSError as exc:
-        raise RagbenchError(f"{out}: cannot write the imported set ({exc})") from None
-    try:
-        corpus = temporary / "corpus"
-        corpus.mkdir()
-        if corpus_given:
-            _copy_sources(documents, corpus)
-        else:
-            _write_lines(corpus / _CONTEXTS_FILE, ({"id": d.id, "text": d.text} for d in documents))
-        _write_lines(temporary / "queries.jsonl", queries)
-        if out.exists():
-            out.rmdir()
-        temporary.rename(out)
-    except OSError as exc:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise RagbenchError(f"{out}: cannot write the imported set ({exc})") from None
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
-
-
-def _copy_sources(documents: list[Document], corpus: Path) -> None:
-    """Copy the files the documents were loaded from, at the same relative paths (so the copy
-    loads as the same documents)."""
-    sources = {doc.source: doc.metadata["path"] for doc in documents}
-    for source, rel in sources.items():
-        target = corpus / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
-
-
-def _write_lines(path: Path, records: Iterable[dict[str, Any]]) -> None:
-    with open(path, "w", encoding="utf-8", newline="\n") as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")

@@ -59,9 +59,13 @@ class ValidationReport:
         )
 
 
-def validate_dataset(path_or_name: StrPath, format: Format | None = None) -> ValidationReport:
-    """Every problem of the dataset at ``path_or_name`` (all splits); ``DataError`` when it is
-    not a dataset."""
+def validate_dataset(
+    path_or_name: StrPath, format: Format | None = None, queries: StrPath | None = None
+) -> ValidationReport:
+    """Every problem of the dataset at ``path_or_name`` (all splits), a plain folder of
+    documents labeled by ``queries`` if given; ``DataError`` when it is not a dataset (or a
+    folder without labels)."""
     path = resolve_dataset(path_or_name)
-    fmt = dataset_format(path, format)
-    return ValidationReport(path, fmt, FORMATS[fmt].check(path))
+    fmt = dataset_format(path, format, queries)
+    labels = {} if queries is None else {"queries": queries}
+    return ValidationReport(path, fmt, FORMATS[fmt].check(path, **labels))

@@ -65,11 +65,14 @@ class _Strict(BaseModel):
 
 
 class DatasetSpec(_Strict):
-    """Where the labeled set is: a path (relative to the config file) or a bundled name."""
+    """Where the labeled set is: a path (relative to the config file) or a bundled name, and for
+    a plain folder of documents, optionally its queries file (relative to the config file too;
+    default: the folder's ``queries.jsonl``)."""
 
     path: str
-    format: Literal["beir", "spans", "chunking_evaluation"] | None = None
+    format: Literal["beir", "spans", "chunking_evaluation", "folder"] | None = None
     split: str = "test"
+    queries: str | None = None
 
 
 class EvaluationSpec(_Strict):
@@ -172,6 +175,12 @@ class ExperimentConfig(_Strict):
         if path.exists() or "/" in self.dataset.path:
             return str(path)
         return self.dataset.path
+
+    def queries_path(self) -> str | None:
+        """The separate queries file resolved against the config file's folder, if any."""
+        if self.dataset.queries is None:
+            return None
+        return str(self.base_dir / Path(self.dataset.queries).expanduser())
 
 
 _STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")

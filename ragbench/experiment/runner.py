@@ -215,6 +215,7 @@ def run(
             "config": cfg.model_dump(mode="json", exclude={"base_dir"}),
             "dataset": {
                 "path": cfg.dataset_path(),
+                "queries": cfg.queries_path(),
                 "name": ctx.labeled.name,
                 "split": ctx.labeled.split,
                 "documents": len(ctx.labeled.documents),

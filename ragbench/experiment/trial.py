@@ -64,17 +64,22 @@ class RunSpec:
         """Identity of the spec and of the dataset's files as they are now."""
         payload = self.config.model_dump_json() + f"|{self.limit_queries}|{self.cache_root}"
         payload += f"|{self.split}|{_files_signature(self.config.dataset_path())}"
+        queries = self.config.queries_path()
+        if queries is not None:
+            payload += f"|{_files_signature(queries)}"
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 def _files_signature(path_or_name: str) -> str:
-    """Paths, sizes and modification times of a dataset's files (cheap; no content read)."""
+    """Paths, sizes and modification times of a dataset's files, or of one file (cheap; no
+    content read)."""
     try:
         root = resolve_dataset(path_or_name)
     except DataError:
         return "missing"
+    walked = os.walk(root) if root.is_dir() else [(str(root.parent), [], [root.name])]
     entries = []
-    for folder, _, files in os.walk(root):
+    for folder, _, files in walked:
         for name in sorted(files):
             stat = os.stat(os.path.join(folder, name))
             entries.append(f"{folder}/{name}:{stat.st_size}:{stat.st_mtime_ns}")
@@ -91,6 +96,7 @@ class Context:
             config.dataset_path(),
             format=config.dataset.format,
             split=spec.split or config.sweep_split,
+            queries=config.queries_path(),
         )
         ids = set(relevant_query_ids(self.labeled.qrels, config.evaluation.relevance_level))
         needs_spans = config.evaluation.level in {"chunk", "span"} or any(
@@ -102,7 +108,15 @@ class Context:
                     f"evaluation: level {config.evaluation.level!r} / span metrics need span "
                     f"evidence, and dataset {config.dataset.path!r} has none"
                 )
-            ids &= set(self.labeled.evidence)
+            spanless = ids - set(self.labeled.evidence)
+            if spanless:
+                log.warning(
+                    "%d judged queries without span evidence are left out: level %r / span "
+                    "metrics score only queries with evidence",
+                    len(spanless),
+                    config.evaluation.level,
+                )
+            ids -= spanless
         queries = [q for q in self.labeled.queries if q.id in ids][: spec.limit_queries]
         if not queries:
             raise ConfigError(f"dataset {config.dataset.path!r}: no judged query to evaluate")

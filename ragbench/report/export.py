@@ -61,7 +61,9 @@ def _dataset(store: RunStore, manifest: dict[str, Any]) -> LabeledSet:
     """The run's labeled set, as it was when the run scored it."""
     dataset = manifest["dataset"]
     fmt = manifest["config"]["dataset"].get("format")
-    labeled = load_dataset(dataset["path"], format=fmt, split=dataset["split"])
+    labeled = load_dataset(
+        dataset["path"], format=fmt, split=dataset["split"], queries=dataset.get("queries")
+    )
     if labeled.fingerprint != manifest["dataset_fingerprint"]:
         raise DataError(
             f"{store.manifest_path}: the dataset at {dataset['path']} changed since the run "

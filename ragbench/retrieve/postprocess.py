@@ -201,7 +201,14 @@ class WindowConfig(StepConfig):
 
         def windows(env: Env, chunks: ChunkSet, corpus: Sequence[Document]) -> ChunkSet:
             texts = {d.id: d.text for d in corpus}
-            return ChunkSet([_window(c, texts[c.doc_id], sentences) for c in chunks.chunks])
+            split: dict[str, list[tuple[int, int]]] = {}  # each document split once
+
+            def bounds(doc_id: str) -> list[tuple[int, int]]:
+                if doc_id not in split:
+                    split[doc_id] = split_sentences(texts[doc_id])
+                return split[doc_id]
+
+            return ChunkSet([_window(c, texts[c.doc_id], bounds, sentences) for c in chunks.chunks])
 
         chunks = g.chunks()
         parts = (component_key(self),)
@@ -224,13 +231,16 @@ class WindowConfig(StepConfig):
         )
 
 
-def _window(chunk: Chunk, text: str, sentences: int) -> Chunk:
-    """The window chunk of ``chunk``: its stored window, else whole sentences around it."""
+def _window(
+    chunk: Chunk, text: str, split: Callable[[str], list[tuple[int, int]]], sentences: int
+) -> Chunk:
+    """The window chunk of ``chunk``: its stored window, else whole sentences around it
+    (``split(doc_id)``: the sentence bounds of its document)."""
     meta = chunk.metadata
     if "window_start" in meta and "window_end" in meta:
         start, end = int(meta["window_start"]), int(meta["window_end"])
     else:
-        bounds = split_sentences(text)
+        bounds = split(chunk.doc_id)
         inside = [i for i, (a, b) in enumerate(bounds) if a < chunk.end and b > chunk.start]
         if inside:
             first = max(0, inside[0] - sentences)

@@ -22,7 +22,7 @@ import os
 import re
 import stat
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -558,7 +558,7 @@ class DirectoryLoader(BaseLoader):
     outside the directory is reported and skipped unless ``follow_symlinks``; links are
     otherwise followed, but each real directory is walked once: a link back to an ancestor is
     reported as ``symlink loop``, a second link to a directory already walked as ``already
-    loaded as ...``.
+    loaded as ...``. Files in ``exclude`` (e.g. a labeled set's own queries file) are not read.
     """
 
     def __init__(
@@ -571,11 +571,13 @@ class DirectoryLoader(BaseLoader):
         title_field: str | None = "title",
         metadata_field: str | None = "metadata",
         title_in_text: bool = False,
+        exclude: Collection[StrPath] = (),
     ) -> None:
         super().__init__(path)
         if not self.path.is_dir():
             raise DataError(f"{self.path}: not a directory")
         self.follow_symlinks = follow_symlinks
+        self.exclude = {os.path.realpath(p) for p in exclude}
         self._jsonl_options: dict[str, Any] = {
             "id_field": id_field,
             "text_field": text_field,
@@ -633,6 +635,8 @@ class DirectoryLoader(BaseLoader):
 
     def _entry_file(self, entry: os.DirEntry[str], rel: str, run: _Pass) -> Iterator[Document]:
         """Dispatch one directory entry to the loader for its extension."""
+        if self.exclude and os.path.realpath(entry.path) in self.exclude:
+            return
         if not entry.is_file():
             broken = entry.is_symlink() and not os.path.exists(entry.path)
             reason = "broken symlink" if broken else _not_regular(entry.path)

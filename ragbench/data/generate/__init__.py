@@ -1,0 +1,265 @@
+"""Generate a span-labeled set from documents alone (``ragbench datasets generate``).
+
+``generate(corpus, out, method, n=50, seed=0)`` samples ``n`` places of the corpus, makes a query
+of each, and writes a span-labeled set (``corpus/`` + ``queries.jsonl``, see
+``ragbench.data.spans``) that ``ragbench datasets validate`` accepts. The corpus is a file or
+folder ``ragbench.load`` reads, or a labeled set of any format (its documents are used, e.g.
+SciFact's or the chunking-evaluation corpora); the documents keep the ids they were loaded with.
+Files are copied into ``corpus/`` when every document is one file, else every document is
+written to ``corpus/contexts.jsonl``.
+
+Sampling is stratified: round-robin over the documents (in a seeded random order), each turn
+taking from the document's next section (sections split at Markdown and HTML headings), so a
+small ``n`` spreads over many documents and, within one, over its sections.
+
+Methods:
+
+- ``ict`` (``IctMethod``, offline): the inverse cloze task. A prose sentence (not a heading,
+  code or table row) of at least ``min_words`` words is the query; the ``window`` sentences
+  before and after it are its evidence, without the sentence itself (two spans).
+- ``headings`` (``HeadingsMethod``, offline; Markdown and HTML): a heading is the query, its
+  section's body the evidence; empty and generic headings ("Overview", "Examples", ...) and
+  sections of fewer than ``min_words`` words are skipped.
+- ``llm`` (``LLMMethod``): a chat model writes a question, verbatim excerpts that answer it and
+  a reference answer per sampled passage; the excerpts are located in the document (exact,
+  whitespace-normalised, then fuzzy), near-duplicate questions are removed, and K questions can
+  span two documents (``multi_hop``). See ``ragbench.data.generate.llm``.
+
+Both offline methods are **biased toward lexical matching**: their queries are the documents'
+own words (a sentence, a heading), which BM25 finds more easily than real questions would be
+found. They give a quick, free set for smoke tests and relative comparisons among lexical
+setups; they overrate BM25 against dense retrievers. Use ``llm`` (or real questions) to compare
+the two.
+
+Every query records, in its ``metadata``: ``method``, ``sources`` (the passages it was made from,
+``doc_id``/``start``/``end``), the method's details (the ICT sentence, a heading's level, how
+each LLM excerpt was matched) and ``generator`` (method, n, seed and the method's settings:
+window, model, prompt version, ...). Its ``type`` is the method (``multi_hop`` for questions
+over two documents).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ragbench.data.catalog import FORMATS, load_dataset, resolve_dataset
+from ragbench.data.generate.base import Draft, Generation, Method, check_option
+from ragbench.data.generate.llm import LLMMethod, copy_share, locate_excerpt, near_duplicates
+from ragbench.data.generate.offline import GENERIC_HEADINGS, HeadingsMethod, IctMethod
+from ragbench.data.spans import write_spans
+from ragbench.errors import ConfigError, DataError, RagbenchError
+from ragbench.llm.client import LLMConfig
+from ragbench.registry import components, format_validation_error
+from ragbench.text.loaders import LoadProblem, load
+from ragbench.types import Document
+
+__all__ = [
+    "GENERIC_HEADINGS",
+    "METHODS",
+    "Generation",
+    "GenerationResult",
+    "HeadingsMethod",
+    "IctMethod",
+    "LLMMethod",
+    "Method",
+    "build_method",
+    "copy_share",
+    "corpus_documents",
+    "generate",
+    "locate_excerpt",
+    "near_duplicates",
+]
+
+StrPath = str | os.PathLike[str]
+
+METHODS = ("ict", "headings", "llm")
+# option -> the methods it applies to
+_OPTIONS: dict[str, tuple[str, ...]] = {
+    "window": ("ict",),
+    "min_words": METHODS,
+    **dict.fromkeys(
+        (
+            "base_url",
+            "model",
+            "credential",
+            "llm_cache",
+            "passage_words",
+            "min_match",
+            "dedup",
+            "embedder",
+            "max_overlap",
+            "multi_hop",
+        ),
+        ("llm",),
+    ),
+}
+_FILE_FORMATS = frozenset({"md", "txt", "html", "pdf"})
+
+
+def _flag(option: str) -> str:
+    return "--" + option.replace("_", "-")
+
+
+def build_method(method: str = "ict", **options: Any) -> Method:
+    """The generation method named ``method`` with ``options`` (the ``datasets generate``
+    flags, as keywords: ``window=2``, ``base_url=...``, ``embedder={"kind": "hashing"}``; None
+    means the default). ``ConfigError`` names the flag of a bad value, of an option another
+    method takes, or of a missing endpoint."""
+    if method not in METHODS:
+        raise ConfigError(f"--method: expected one of {', '.join(METHODS)}, got {method!r}")
+    given = {key: value for key, value in options.items() if value is not None}
+    for key in given:
+        if key not in _OPTIONS:
+            raise TypeError(f"build_method() got an unexpected option {key!r}")
+        if method not in _OPTIONS[key]:
+            raise ConfigError(
+                f"{_flag(key)}: applies to --method {' or '.join(_OPTIONS[key])} only"
+            )
+    if method == "ict":
+        return IctMethod(**given)
+    if method == "headings":
+        return HeadingsMethod(**given)
+    missing = [_flag(key) for key in ("base_url", "model") if key not in given]
+    if missing:
+        raise ConfigError(
+            f"--method llm: give {' and '.join(missing)} (an OpenAI-compatible endpoint)"
+        )
+    try:
+        llm = LLMConfig(
+            base_url=given.pop("base_url"),
+            model=given.pop("model"),
+            credential=given.pop("credential", None),
+        )
+    except ValidationError as exc:
+        problems = (line.partition(": ") for line in format_validation_error("", exc).splitlines())
+        raise ConfigError("; ".join(f"{_flag(key)}: {what}" for key, _, what in problems)) from None
+    if "embedder" in given:
+        given["embedder"] = components("embedder").parse(given["embedder"], "--embedder")
+    cache = given.pop("llm_cache", None)
+    return LLMMethod(llm, cache=Path(cache) if cache is not None else None, **given)
+
+
+def corpus_documents(corpus: StrPath) -> tuple[list[Document], list[LoadProblem]]:
+    """The documents of ``corpus`` and the files its loader skipped: a labeled set's documents
+    (any format ``load_dataset`` reads, by path or name), else what ``ragbench.load`` reads
+    from the file or folder."""
+    path = Path(corpus)
+    if not path.exists():
+        path = resolve_dataset(corpus)
+    if path.is_dir() and any(fmt.detect(path) for fmt in FORMATS.values()):
+        return load_dataset(path).documents, []
+    loader = load(path)
+    documents = list(loader)
+    if not documents:
+        problems = loader.report.problems
+        first = f" (first skipped: {problems[0].path}: {problems[0].reason})" if problems else ""
+        raise DataError(f"{path}: no documents loaded{first}")
+    return documents, loader.report.problems
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """The set ``generate`` wrote at ``path`` and how it went: queries written, candidates the
+    corpus offered and those skipped, sampled places dropped (both by reason), LLM requests
+    made and answered from the cache, files the loader skipped."""
+
+    path: Path
+    method: str
+    queries: int
+    documents: int
+    candidates: int
+    skipped: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
+    requests: int = 0
+    cached: int = 0
+    problems: list[LoadProblem] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = [
+            f"{self.path}: {self.queries:,} queries written (method {self.method}) from "
+            f"{self.documents:,} documents, {self.candidates:,} candidates",
+            f"dropped: {_counts(self.dropped)}",
+        ]
+        if self.skipped:
+            lines.append(f"candidates skipped: {_counts(self.skipped)}")
+        if self.method == "llm":
+            lines.append(f"LLM requests: {self.requests:,} made, {self.cached:,} cached")
+        return "\n".join(lines)
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{reason} {count:,}" for reason, count in counts.items()) or "none"
+
+
+def generate(
+    corpus: StrPath, out: StrPath, method: Method | None = None, *, n: int = 50, seed: int = 0
+) -> GenerationResult:
+    """Write a span-labeled set of up to ``n`` queries generated from ``corpus`` by ``method``
+    (default ``IctMethod()``) into ``out``, a new or empty folder (see the module docstring)."""
+    chosen = method or IctMethod()
+    check_option("--n", n, 1)
+    check_option("--seed", seed, 0)
+    target = Path(out)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise DataError(f"{target}: already exists and is not an empty folder (choose a new one)")
+    documents, problems = corpus_documents(corpus)
+    generation = chosen.run(documents, n, seed)
+    if not generation.candidates:
+        skipped = f" (skipped: {_counts(generation.skipped)})" if generation.skipped else ""
+        raise DataError(f"{corpus}: no {chosen.candidate}{skipped}")
+    if not generation.drafts:
+        raise RagbenchError(f"{corpus}: no query was kept (dropped: {_counts(generation.dropped)})")
+    generator = {"method": chosen.name, "n": n, "seed": seed, **chosen.settings()}
+    docs = {doc.id: doc for doc in documents}
+    width = max(3, len(str(len(generation.drafts))))
+    records = [
+        _record(f"q{i:0{width}d}", draft, docs, generator)
+        for i, draft in enumerate(generation.drafts, 1)
+    ]
+    whole_files = all(
+        doc.metadata.get("format") in _FILE_FORMATS
+        and doc.metadata.get("path") == doc.id
+        and Path(doc.source).is_file()
+        for doc in documents
+    )
+    written = documents if whole_files else [doc for doc in documents if doc.text.strip()]
+    write_spans(target, written, records, corpus_given=whole_files)
+    return GenerationResult(
+        path=target,
+        method=chosen.name,
+        queries=len(records),
+        documents=len(written),
+        candidates=generation.candidates,
+        skipped=dict(generation.skipped),
+        dropped=dict(generation.dropped),
+        requests=generation.requests,
+        cached=generation.cached,
+        problems=problems,
+    )
+
+
+def _record(
+    qid: str, draft: Draft, docs: dict[str, Document], generator: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``queries.jsonl`` line of ``draft``."""
+    record: dict[str, Any] = {"id": qid, "text": draft.text, "type": draft.type}
+    if draft.answer is not None:
+        record["answer"] = draft.answer
+    record["evidence"] = [
+        {"doc_id": doc_id, "start": start, "end": end, "text": docs[doc_id].text[start:end]}
+        for doc_id, start, end in draft.evidence
+    ]
+    record["metadata"] = {
+        "method": generator["method"],
+        "sources": [
+            {"doc_id": doc_id, "start": start, "end": end} for doc_id, start, end in draft.sources
+        ],
+        **draft.details,
+        "generator": generator,
+    }
+    return record

@@ -1,0 +1,441 @@
+"""`ragbench datasets generate`: span-labeled sets generated from documents (ict, headings, and
+an LLM against the scripted server over real HTTP) validate, record where each query came from,
+and run in a sweep."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragbench.cli import main
+from ragbench.data.generate import (
+    GenerationResult,
+    HeadingsMethod,
+    IctMethod,
+    LLMMethod,
+    build_method,
+    generate,
+)
+from ragbench.data.spans import load_spans
+from ragbench.data.validate import validate_dataset
+from ragbench.experiment.runner import run
+from ragbench.testing import ScriptedLLMServer
+from tests.paths import CHUNKING_EVAL, DEMO, SCIFACT, require
+
+HASHING = {"kind": "hashing", "dim": 256}
+
+GUIDE = """\
+# Kestrel storage guide
+
+Kestrel writes every record to an append-only log on disk. Each partition of a
+topic has its own log directory. Old segments are deleted by a background task.
+
+## Retention
+
+Records older than seven days are removed by default. Short line here.
+
+| Key | Default |
+|-----|---------|
+| `log.retention.ms` | 604800000 |
+
+```bash
+# set retention to one day for this topic
+kestrelctl topic alter clickstream --config log.retention.ms=86400000
+```
+
+## Overview
+
+This overview section only repeats what the other sections say about storage.
+
+## Tiny
+
+Too short.
+"""
+PORTS = """\
+<html><head><title>Ports</title></head><body>
+<h1>Network ports</h1>
+<p>Brokers listen for clients on port 7422 and for other brokers on port 7423.</p>
+<h2>Admin <code>API</code></h2>
+<p>The admin API is served on port 7480 and needs a token from the identity provider.</p>
+<h2>Examples</h2>
+<p>Running kestrelctl ping checks that a broker answers on the client port.</p>
+</body></html>
+"""
+
+
+def _corpus(root: Path, files: Mapping[str, str]) -> Path:
+    root.mkdir()
+    for name, text in files.items():
+        (root / name).write_text(text, encoding="utf-8")
+    return root
+
+
+def _queries(result: GenerationResult) -> list[dict[str, Any]]:
+    lines = (result.path / "queries.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def _evidence(query: dict[str, Any]) -> list[str]:
+    return [e["text"] for e in query["evidence"]]
+
+
+def _valid(result: GenerationResult) -> None:
+    report = validate_dataset(result.path)
+    assert report.ok, str(report)
+
+
+# ---------------------------------------------------------------- offline methods
+
+
+def test_ict_on_a_hand_checkable_document(tmp_path: Path) -> None:
+    corpus = _corpus(tmp_path / "docs", {"guide.md": GUIDE, "ports.html": PORTS})
+    result = generate(corpus, tmp_path / "set", IctMethod(window=1, min_words=5), n=100)
+    _valid(result)
+    queries = {q["text"]: q for q in _queries(result)}
+    first = "Kestrel writes every record to an append-only log on disk."
+    second = "Each partition of a\ntopic has its own log directory."
+    third = "Old segments are deleted by a background task."
+    assert {text: _evidence(q) for text, q in queries.items()} == {
+        first: [second],
+        "Each partition of a topic has its own log directory.": [first, third],
+        third: [second],
+        "Records older than seven days are removed by default.": ["Short line here."],
+    }  # headings, table rows, code, short and lone sentences are no queries
+    assert (result.queries, result.candidates, result.dropped) == (4, 4, {})
+    assert result.skipped["short sentence"] == 2  # "Short line here.", "Too short."
+    assert result.skipped["no neighbouring sentence"] == 4  # Overview, and each HTML section
+    assert result.skipped["code or table"] > 0
+    middle = queries["Each partition of a topic has its own log directory."]
+    assert middle["type"] == "ict"
+    assert middle["metadata"] == {
+        "method": "ict",
+        "sources": [{"doc_id": "guide.md", "start": 25, "end": 183}],
+        "sentence": [84, 136],
+        "generator": {"method": "ict", "n": 100, "seed": 0, "window": 1, "min_words": 5},
+    }
+    assert sorted(p.name for p in (result.path / "corpus").iterdir()) == ["guide.md", "ports.html"]
+
+
+def test_headings_on_markdown_and_html(tmp_path: Path) -> None:
+    corpus = _corpus(tmp_path / "docs", {"guide.md": GUIDE, "ports.html": PORTS})
+    result = generate(corpus, tmp_path / "set", HeadingsMethod(min_words=5), n=100)
+    _valid(result)
+    queries = {q["text"]: q for q in _queries(result)}
+    assert {text: _evidence(q) for text, q in queries.items()} == {
+        "Kestrel storage guide": [GUIDE[25:183]],
+        "Retention": [GUIDE[GUIDE.index("Records older") : GUIDE.index("\n\n## Overview")]],
+        "Network ports": [
+            "Brokers listen for clients on port 7422 and for other brokers on port 7423."
+        ],
+        "Admin API": [
+            "The admin API is served on port 7480 and needs a token from the identity provider."
+        ],
+    }  # not "Overview", "Examples" (generic), "Tiny" (short), "# set retention" (code)
+    assert result.skipped == {"generic heading": 2, "short section": 1}
+    assert queries["Admin API"]["metadata"]["sources"] == [
+        {"doc_id": "ports.html", "start": 92, "end": 185}
+    ]
+    assert queries["Admin API"]["metadata"]["level"] == 2
+
+
+def test_sampling_is_stratified_over_documents_and_sections_and_seeded(tmp_path: Path) -> None:
+    def section(doc: str, name: str) -> str:
+        sentences = [
+            f"Document {doc} section {name} sentence {i} has plenty of words." for i in "123"
+        ]
+        return f"## Section {name}\n\n" + " ".join(sentences) + "\n\n"
+
+    corpus = _corpus(
+        tmp_path / "docs", {f"{doc}.md": section(doc, "A") + section(doc, "B") for doc in "xyz"}
+    )
+    three = _queries(generate(corpus, tmp_path / "three", IctMethod(), n=3, seed=1))
+    assert sorted(q["metadata"]["sources"][0]["doc_id"] for q in three) == ["x.md", "y.md", "z.md"]
+    six = _queries(generate(corpus, tmp_path / "six", IctMethod(), n=6, seed=1))
+    places = sorted((q["text"].split()[1], q["text"].split()[3]) for q in six)
+    assert places == [(doc, name) for doc in "xyz" for name in "AB"]  # every section once
+    again = generate(corpus, tmp_path / "again", IctMethod(), n=6, seed=1)
+    assert (again.path / "queries.jsonl").read_bytes() == (
+        tmp_path / "six/queries.jsonl"
+    ).read_bytes()
+    other = _queries(generate(corpus, tmp_path / "other", IctMethod(), n=6, seed=2))
+    assert [q["text"] for q in other] != [q["text"] for q in six]
+
+
+@pytest.mark.parametrize("method", ["ict", "headings"])
+def test_the_demo_corpus_gives_a_valid_set_that_runs_in_a_sweep(
+    method: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "set"
+    argv = ["datasets", "generate", str(DEMO), "--out", str(out), "--method", method, "--n", "12"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"{out}: 12 queries written (method {method}) from 58 documents")
+    assert "dropped: " in printed and "LLM requests" not in printed
+    data = load_spans(out)
+    assert len(data.queries) == 12 and validate_dataset(out).ok
+    demo = load_spans(DEMO).doc_index
+    for query in data.queries:
+        assert query.metadata["method"] == method and query.metadata["type"] == method
+        assert query.metadata["generator"]["n"] == 12
+        for source in query.metadata["sources"]:
+            assert source["doc_id"] in demo and source["start"] < source["end"]
+    assert len({e.doc_id for spans in data.evidence.values() for e in spans}) == 12
+    config = {
+        "name": f"generated-{method}",
+        "dataset": {"path": str(out)},
+        "evaluation": {"metrics": ["ndcg@10", "recall@5", "span_recall@5"]},
+        "sweep": {
+            "chunker": [{"kind": "recursive", "size": 400, "overlap": 0}],
+            "embedder": [HASHING],
+            "retriever": [{"kind": "bm25"}, {"kind": "dense"}],
+        },
+    }
+    result = run(config, tmp_path / "run", cache_root=tmp_path / "cache", progress=False)
+    assert len(result.trials) == 2 and set(result.trials["status"]) == {"ok"}
+    assert result.trials["ndcg@10"].max() > 0.5  # the documents' own words are easy to find
+
+
+@pytest.mark.parametrize("dataset", [SCIFACT, CHUNKING_EVAL], ids=["beir", "chunking_evaluation"])
+def test_a_labeled_set_lends_its_corpus(dataset: Path, tmp_path: Path) -> None:
+    source = require(dataset)
+    result = generate(source, tmp_path / "set", IctMethod(), n=5)
+    _valid(result)
+    written = load_spans(result.path)
+    assert len(written.queries) == 5
+    if dataset == SCIFACT:  # documents of a JSONL corpus are written as one JSONL file
+        assert [p.name for p in (result.path / "corpus").iterdir()] == ["contexts.jsonl"]
+    else:  # whole files are copied
+        assert {d.id for d in written.documents} == {p.name for p in (source / "corpora").iterdir()}
+
+
+# ---------------------------------------------------------------- llm
+
+
+Edit = Callable[[str, dict[str, Any]], dict[str, Any]]
+
+
+class EditingServer(ScriptedLLMServer):
+    """The scripted server, with each JSON reply passed through ``edit(input, reply)`` (the
+    prompt's input part): stands in for a model that paraphrases, reflows or invents."""
+
+    def __init__(self, edit: Edit) -> None:
+        super().__init__()
+        self.edit = edit
+
+    def answer(self, path: str, body: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
+        status, payload = super().answer(path, body)
+        if path.endswith("/chat/completions"):
+            given = str(body["messages"][-1]["content"]).rsplit("input: ", 1)[-1]
+            for choice in payload["choices"]:
+                reply = json.loads(choice["message"]["content"])
+                choice["message"]["content"] = json.dumps(self.edit(given, reply))
+        return status, payload
+
+
+def _unchanged(given: str, reply: dict[str, Any]) -> dict[str, Any]:
+    return reply
+
+
+def _method(server: ScriptedLLMServer, cache: Path, **options: Any) -> LLMMethod:
+    method = build_method(
+        "llm",
+        base_url=server.url,
+        model="scripted",
+        llm_cache=str(cache),
+        embedder=HASHING,
+        **{"min_words": 5, **options},
+    )
+    assert isinstance(method, LLMMethod)
+    return method
+
+
+SERVICES = {
+    "alpha.md": "Service alpha stores its segments on the fast local disks. "
+    "It replicates every segment to two other brokers.",
+    "bravo.md": "Service bravo keeps the compaction log for fourteen days before it removes old "
+    "files. It also writes a checkpoint every hour.",
+    "charlie.md": "Service charlie accepts client connections on port nine thousand. "
+    "Its admin console needs a separate login.",
+    "delta.md": "Service delta encrypts every message with a rotating cluster key. "
+    "Keys rotate on the first day of each month.",
+}
+
+
+def _reflow_or_invent(given: str, reply: dict[str, Any]) -> dict[str, Any]:
+    """alpha: verbatim; charlie: reflowed; bravo: two typos (fuzzy); delta: invented."""
+    first = reply["excerpts"][0]
+    if "charlie" in given:
+        first = first.replace(" ", "\n   ", 3)
+    elif "bravo" in given:
+        first = first.replace("compaction", "compacton").replace("fourteen", "fourten")
+    elif "delta" in given:
+        first = "Service delta was designed by a committee of volunteers in another decade."
+    return {**reply, "excerpts": [first, *reply["excerpts"][1:]]}
+
+
+def test_llm_excerpts_are_located_exactly_by_whitespace_or_fuzzily(tmp_path: Path) -> None:
+    corpus = _corpus(tmp_path / "docs", SERVICES)
+    with EditingServer(_reflow_or_invent) as server:
+        result = generate(corpus, tmp_path / "set", _method(server, tmp_path / "cache"), n=4)
+        assert server.requests["/v1/chat/completions"] == 4
+        # the same typos are rejected when the bar is higher (the replies come from the cache)
+        strict = _method(server, tmp_path / "cache", min_match=99.0)
+        stricter = generate(corpus, tmp_path / "strict", strict, n=4)
+        assert server.total == 4
+    assert stricter.dropped == {"unlocatable excerpt": 2} and stricter.cached == 4
+    _valid(result)
+    assert (result.queries, result.requests, result.cached) == (3, 4, 0)
+    assert result.dropped == {"unlocatable excerpt": 1}  # delta's invented excerpt
+    queries = {q["metadata"]["sources"][0]["doc_id"]: q for q in _queries(result)}
+    assert sorted(queries) == ["alpha.md", "bravo.md", "charlie.md"]
+    for doc_id, query in queries.items():
+        assert _evidence(query) == [SERVICES[doc_id]]  # both sentences, joined into one span
+        assert query["type"] == "llm" and query["answer"]
+        assert query["metadata"]["generator"]["prompt_version"] == 1
+    how = {doc_id: q["metadata"]["matches"][0] for doc_id, q in queries.items()}
+    assert how["alpha.md"] == {"how": "exact", "score": 100.0}
+    assert how["charlie.md"]["how"] == "whitespace" and "\n   " in how["charlie.md"]["excerpt"]
+    assert how["bravo.md"]["how"] == "fuzzy" and 90 <= how["bravo.md"]["score"] < 100
+
+
+def test_llm_drops_near_duplicates_and_questions_that_copy(tmp_path: Path) -> None:
+    docs = {**SERVICES, "echo.md": SERVICES["alpha.md"].replace("fast local", "fast, local")}
+
+    def paraphrase(given: str, reply: dict[str, Any]) -> dict[str, Any]:
+        if "charlie" in given:
+            return {**reply, "question": "Which port should applications use to reach charlie?"}
+        return reply
+
+    corpus = _corpus(tmp_path / "docs", docs)
+    with EditingServer(paraphrase) as server:
+        result = generate(corpus, tmp_path / "set", _method(server, tmp_path / "cache"), n=5)
+        assert result.dropped == {"duplicate": 1}  # alpha or echo, whichever came later
+        assert result.queries == 4 and {q["text"] for q in _queries(result)} >= {
+            "Which port should applications use to reach charlie?"
+        }
+        kept = generate(corpus, tmp_path / "all", _method(server, tmp_path / "c", dedup=1.0), n=5)
+        assert kept.queries == 5 and kept.dropped == {}
+        copying = generate(
+            corpus, tmp_path / "own", _method(server, tmp_path / "cache", max_overlap=0.5), n=5
+        )
+        assert server.requests["/v1/chat/completions"] == 10  # two caches, five passages each
+    # the other questions repeat their excerpt word for word
+    assert copying.dropped == {"overlap": 4}
+    assert [q["text"] for q in _queries(copying)] == [
+        "Which port should applications use to reach charlie?"
+    ]
+
+
+def test_multi_hop_questions_need_evidence_in_two_documents(tmp_path: Path) -> None:
+    corpus = _corpus(tmp_path / "docs", SERVICES)
+    with EditingServer(_unchanged) as server:
+        method = _method(server, tmp_path / "cache", passage_words=8, multi_hop=2, dedup=1.0)
+        result = generate(corpus, tmp_path / "set", method, n=5)
+        assert server.requests["/v1/chat/completions"] == 5
+    _valid(result)
+    queries = _queries(result)
+    assert [q["type"] for q in queries] == ["llm"] * 3 + ["multi_hop"] * 2
+    for query in queries[3:]:
+        sources = query["metadata"]["sources"]
+        assert len(sources) == 2 and sources[0]["doc_id"] != sources[1]["doc_id"]
+        assert {e["doc_id"] for e in query["evidence"]} == {s["doc_id"] for s in sources}
+
+    def one_sided(given: str, reply: dict[str, Any]) -> dict[str, Any]:
+        return {**reply, "excerpts": reply["excerpts"][:1]} if "passage_1" in given else reply
+
+    with EditingServer(one_sided) as server:
+        method = _method(server, tmp_path / "other", passage_words=8, multi_hop=2, dedup=1.0)
+        dropped = generate(corpus, tmp_path / "one-sided", method, n=5)
+    assert dropped.dropped == {"evidence in one document": 2} and dropped.queries == 3
+
+
+def test_a_rerun_of_the_cli_makes_no_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus = _corpus(tmp_path / "docs", SERVICES)
+    with EditingServer(_unchanged) as server:
+        for attempt in ("first", "second"):
+            argv = [
+                "datasets", "generate", str(corpus), "--out", str(tmp_path / attempt),
+                "--method", "llm", "--base-url", server.url, "--model", "scripted",
+                "--llm-cache", str(tmp_path / "cache"), "--embedder", json.dumps(HASHING),
+                "--n", "3", "--min-words", "5",
+            ]  # fmt: skip
+            assert main(argv) == 0
+        assert server.requests["/v1/chat/completions"] == 3
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith(f"{tmp_path / 'first'}: 3 queries written (method llm)")
+    assert "LLM requests: 3 made, 0 cached" in printed
+    assert "LLM requests: 0 made, 3 cached" in printed
+    first, second = (tmp_path / "first/queries.jsonl", tmp_path / "second/queries.jsonl")
+    assert first.read_bytes() == second.read_bytes()
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err.strip()
+
+
+LLM = ["--method", "llm", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--n", "0"], "--n: expected an integer >= 1, got 0"),
+        (["--n", "many"], "--n: expected an integer, got 'many'"),
+        (["--window", "0"], "--window: expected an integer >= 1, got 0"),
+        (["--method", "magic"], "--method: expected one of ict, headings, llm, got 'magic'"),
+        (["--method", "headings", "--window", "2"], "--window: applies to --method ict only"),
+        (["--dedup", "0.9"], "--dedup: applies to --method llm only"),
+        (["--method", "llm"], "--method llm: give --base-url and --model"),
+        ([*LLM, "--min-match", "101"], "--min-match: expected a number from 0.0 to 100.0"),
+        ([*LLM, "--max-overlap", "nan"], "--max-overlap: expected a number from 0.0 to 1.0"),
+        ([*LLM, "--multi-hop", "9", "--n", "5"], "--multi-hop: expected an integer from 0 to 5"),
+        ([*LLM, "--embedder", "{x"], "--embedder: invalid JSON"),
+        ([*LLM, "--embedder", '{"kind": "nope"}'], "--embedder.kind: unknown embedder kind"),
+        (
+            "--method llm --base-url https://elsewhere.example/v1 --model m "
+            "--credential OPENAI_API_KEY".split(),
+            "--base-url: credential 'OPENAI_API_KEY' may not be sent to https://elsewhere.example",
+        ),
+    ],
+)
+def test_bad_flags_are_one_line_errors(
+    flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["datasets", "generate", str(DEMO), "--out", str(tmp_path / "set"), *flags]
+    assert message in one_line_exit_2(argv, capsys)
+    assert not (tmp_path / "set").exists()
+
+
+def test_bad_corpus_and_output_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "file.txt").write_text("x")
+    err = one_line_exit_2(["datasets", "generate", str(DEMO), "--out", str(taken)], capsys)
+    assert f"{taken}: already exists and is not an empty folder" in err
+    plain = _corpus(tmp_path / "plain", {"notes.txt": "No headings here. " * 30})
+    argv = [
+        "datasets",
+        "generate",
+        str(plain),
+        "--out",
+        str(tmp_path / "x"),
+        "--method",
+        "headings",
+    ]
+    assert f"{plain}: no headings (Markdown # or HTML <h1>-<h6>)" in one_line_exit_2(argv, capsys)
+    argv = ["datasets", "generate", str(tmp_path / "missing"), "--out", str(tmp_path / "y")]
+    assert "missing: no such dataset path or name" in one_line_exit_2(argv, capsys)
