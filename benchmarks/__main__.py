@@ -7,8 +7,11 @@
   SciFact MiniLM vectors when a finished run left them in the stage cache), the engine sweep and
   embedding throughput.
 * ``--full`` adds the whole scifact-reproduce.yaml (MiniLM exact and hnsw), chunking.yaml,
-  experiments/scifact-tuned.yaml when it exists, and the cross-encoder path and latency; they
-  read the stage cache, so reruns cost minutes.
+  experiments/scifact-tuned.yaml when it exists, pseudo-relevance feedback on SciFact
+  (scifact-prf.yaml), sentence windows on the chunking evaluation (chunking-window.yaml), and
+  the cross-encoder path and latency; they read the stage cache, so reruns cost minutes.
+* ``--only SECTION ...`` runs the named sections; when ``--out`` already exists, only their
+  parts of it are replaced (the other sections keep the figures of the run that wrote them).
 * ``--tiny`` runs every section on tiny slices (a few documents and queries, the hashing
   embedder, tiny random models) into a temporary directory: a smoke test, not results.
 
@@ -121,6 +124,24 @@ def tuned(s: Settings) -> dict[str, Any]:
     return found
 
 
+def prf(s: Settings) -> dict[str, Any]:
+    """scifact-prf.yaml: RM3 on BM25, selected on train, reported on test (``--full``)."""
+    if not (s.full or s.tiny):
+        raise Skip("runs with --full")
+    _need(bench_quality.SCIFACT)
+    overrides = s.overrides(bench_quality.PRF, s.scifact())
+    return bench_quality.prf(s.runs, s.cache, overrides, s.limit)
+
+
+def window(s: Settings) -> dict[str, Any]:
+    """chunking-window.yaml: sentence chunks with and without windows (``--full``)."""
+    if not (s.full or s.tiny):
+        raise Skip("runs with --full")
+    _need(bench_quality.CHUNKING_EVAL)
+    overrides = s.overrides(bench_quality.WINDOW, s.chunking_eval())
+    return bench_quality.chunking_window(s.runs, s.cache, overrides, s.limit)
+
+
 def metrics(s: Settings) -> dict[str, Any]:
     """ragbench metrics vs pytrec_eval on a synthetic run."""
     from benchmarks import bench_metrics
@@ -196,6 +217,8 @@ SECTIONS: list[tuple[str, Callable[[Settings], dict[str, Any]]]] = [
     ("scifact", scifact),
     ("chunking", chunking),
     ("tuned", tuned),
+    ("prf", prf),
+    ("window", window),
     ("metrics", metrics),
     ("retrieval", retrieval),
     ("engine", engine),
@@ -265,6 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = "python -m benchmarks" + "".join(
         f" --{flag}" for flag in ("full", "tiny") if getattr(args, flag)
     )
+    command += f" --only {' '.join(args.only)}" if args.only else ""
     found = {
         "mode": "tiny" if args.tiny else "full" if args.full else "default",
         "command": command,
@@ -276,7 +300,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "other_cpu": results.other_cpu_share(cpu_start, results.cpu_times(), seconds),
         "sections": sections,
     }
-    path = results.write(found, args.out)
+    if args.only and args.out.is_file():
+        path = results.update(found, args.out, args.only)
+    else:
+        path = results.write(found, args.out)
     print(f"wrote {path}")
     return 1 if any("error" in v for v in sections.values()) else 0
 

@@ -15,9 +15,16 @@ stages were already cached and which this run rebuilt.
   whose span recall is more than 3 points from the published MiniLM table, its recall per
   corpus.
 * ``tuned()``: experiments/scifact-tuned.yaml if it exists, and its selection table.
+* ``prf()``: scifact-prf.yaml — BM25 with and without RM3 pseudo-relevance feedback, selected
+  on train and reported on test, with the paired permutation test of the chosen trial against
+  plain BM25 on the test queries.
+* ``chunking_window()``: chunking-window.yaml — sentence chunks and sentence-window chunks with
+  and without the ``window`` postprocess; span recall / precision / IoU @5 and the paired test
+  of each window trial against its chunking without windows.
 * ``tiny_beir`` / ``tiny_chunking`` write small slices of the shared datasets for ``--tiny``.
 
-``python -m benchmarks.bench_quality [--full] [--chunking] [--tuned]`` prints the figures.
+``python -m benchmarks.bench_quality [--full] [--chunking] [--tuned] [--prf] [--window]`` prints
+the figures.
 """
 
 from __future__ import annotations
@@ -35,9 +42,11 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from ragbench.evaluate.significance import paired_test, win_tie_loss
 from ragbench.experiment import runner
 from ragbench.experiment.config import ExperimentConfig, expand, load_config
-from ragbench.experiment.trial import RunSpec, chunk_depth, context
+from ragbench.experiment.store import RunStore
+from ragbench.experiment.trial import RunSpec, chunk_depth, context, run_trial
 from ragbench.index.cache import default_cache_root
 from ragbench.retrieve.graph import Execution
 
@@ -48,6 +57,8 @@ CHUNKING_EVAL = SHARED / "chunking_evaluation"
 REPRODUCE = REPO / "experiments" / "scifact-reproduce.yaml"
 CHUNKING = REPO / "experiments" / "chunking.yaml"
 TUNED = REPO / "experiments" / "scifact-tuned.yaml"
+PRF = REPO / "experiments" / "scifact-prf.yaml"
+WINDOW = REPO / "experiments" / "chunking-window.yaml"
 RUNS = REPO / "runs" / "bench"
 HASHING = {"kind": "hashing"}
 RECALL_GAP = 0.03  # a chunker this far from the published recall gets a per-corpus breakdown
@@ -352,11 +363,171 @@ def tuned(
     }
 
 
+# ---------------------------------------------------------------- pseudo-relevance feedback
+
+
+def _paired(base: pd.Series, other: pd.Series) -> dict[str, Any]:
+    """Mean difference ``other - base`` over the same queries, its paired permutation p-value
+    (10,000 sign flips, seed 0) and wins / ties / losses."""
+    base, other = base.sort_index(), other.sort_index()
+    if list(base.index) != list(other.index):
+        raise ValueError("paired values must cover the same queries")
+    wins, ties, losses = win_tie_loss(base.to_numpy(), other.to_numpy())
+    return {
+        "delta": float(other.mean() - base.mean()),
+        "p": paired_test(base.to_numpy(), other.to_numpy(), "permutation").p_value,
+        "wins": wins,
+        "ties": ties,
+        "losses": losses,
+    }
+
+
+def _number(value: Any) -> int | float:
+    """A swept value as it was written (parquet makes integers floats next to a NaN)."""
+    return int(value) if float(value).is_integer() else float(value)
+
+
+def prf(
+    runs: Path = RUNS,
+    cache_root: Path | str | None = None,
+    overrides: Sequence[str] = (),
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """scifact-prf.yaml: every trial on the selection split, then per metric the trial chosen
+    there against plain BM25 on the report split (means, difference, paired p-value)."""
+    root = str(cache_root or default_cache_root())
+    config = load_config(PRF, overrides)
+    done = run_config(config, runs / "scifact-prf", limit, root)
+    result = done["result"]
+    trials = result.trials
+    found = RunStore(result.path).selection()
+    if found is None:
+        raise RuntimeError(f"{result.path}: the run made no selection")
+    summary, per_query = found
+    baseline = summary["baseline"]
+    metrics = list(config.evaluation.metrics)
+    grid = []
+    for _, row in trials.iterrows():
+        params = {
+            k.removeprefix("param.query."): _number(row[k])
+            for k in ("param.query.fb_docs", "param.query.fb_terms", "param.query.original_weight")
+            if k in row and pd.notna(row[k])
+        }
+        entry = {"trial_id": row["trial_id"], "status": row["status"], "prf": params or None}
+        grid.append(entry | {m: float(row[m]) for m in metrics if row["status"] == "ok"})
+    chosen, best_prf = [], []
+    ok = trials[(trials["status"] == "ok") & (trials["trial_id"] != baseline)]
+    report = RunSpec(config, limit, root, config.evaluation.report_on)
+    by_id = {t.id: t for t in expand(config)}
+    for metric, pick in summary["chosen"].items():
+        values = per_query[per_query["metric"] == metric]
+        by_trial = values.pivot(index="query_id", columns="trial_id", values="value")
+        # the best prf trial on the selection split, evaluated once on the report split
+        best = str(ok.loc[ok[metric].idxmax(), "trial_id"])
+        if best in by_trial:
+            reported = by_trial[best]
+        else:
+            done_best = run_trial(report, by_id[best])
+            if done_best.status != "ok":
+                raise RuntimeError(f"{done_best.label} failed on the report split")
+            ids = context(report).query_ids
+            reported = pd.Series(done_best.per_query[metric], index=ids)
+        best_prf.append(
+            {
+                "metric": metric,
+                "trial_id": best,
+                "label": by_id[best].label,
+                "selected": float(ok.set_index("trial_id").loc[best, metric]),
+                "reported": float(reported.mean()),
+            }
+            | _paired(by_trial[baseline], reported)
+        )
+        entry = {
+            "metric": metric,
+            "trial_id": pick["trial_id"],
+            "label": pick["label"],
+            "selected": pick["selected"],
+            "reported": pick["reported"],
+            "baseline_selected": float(trials.set_index("trial_id").loc[baseline, metric]),
+            "baseline_reported": pick["baseline_reported"],
+            "is_baseline": pick["trial_id"] == baseline,
+        }
+        chosen.append(entry | _paired(by_trial[baseline], by_trial[pick["trial_id"]]))
+    return {
+        **_provenance(done),
+        "config": relative(PRF),
+        "select_on": summary["select_on"],
+        "report_on": summary["report_on"],
+        "report_queries": summary["report_queries"],
+        "baseline": baseline,
+        "bm25": config.sweep["retriever"][0],
+        "grid": grid,
+        "chosen": chosen,
+        "best_prf": best_prf,
+    }
+
+
+# ---------------------------------------------------------------- sentence windows
+
+
+def chunking_window(
+    runs: Path = RUNS,
+    cache_root: Path | str | None = None,
+    overrides: Sequence[str] = (),
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """chunking-window.yaml: per trial span recall / precision / IoU @5 (percent, recall with
+    its 95% CI) and, for each window trial, the paired difference in span recall@5 against
+    the same chunking without windows."""
+    root = str(cache_root or default_cache_root())
+    config = load_config(WINDOW, overrides)
+    done = run_config(config, runs / "chunking-window", limit, root)
+    result = done["result"]
+    trials = result.trials
+    sizes = _chunk_sizes(config, limit, root)
+    per_query = result.per_query
+    recall = per_query[per_query["metric"] == "span_recall@5"].pivot(
+        index="query_id", columns="trial_id", values="value"
+    )
+    rows = []
+    for _, row in trials.iterrows():
+        post = row.get("param.postprocess.kind")
+        entry: dict[str, Any] = {
+            "trial_id": row["trial_id"],
+            "label": row["label"],
+            "chunker": str(row["param.chunker.kind"]),
+            "postprocess": "none" if pd.isna(post) else str(post),
+            "recall": 100 * float(row["span_recall@5"]),
+            "recall_ci95": 100
+            * 1.96
+            * float(recall[row["trial_id"]].std(ddof=1))
+            / np.sqrt(len(recall)),
+            "precision": 100 * float(row["span_precision@5"]),
+            "iou": 100 * float(row["span_iou@5"]),
+            **sizes.get(row["trial_id"], {}),
+        }
+        rows.append(entry)
+    by_key = {(r["chunker"], r["postprocess"]): r["trial_id"] for r in rows}
+    for entry in rows:
+        plain = by_key.get((entry["chunker"], "none"))
+        if entry["postprocess"] != "none" and plain is not None:
+            paired = _paired(recall[plain], recall[entry["trial_id"]])
+            entry["vs_plain"] = paired | {"delta": 100 * paired["delta"]}
+    return {
+        **_provenance(done),
+        "config": relative(WINDOW),
+        "embedder": _embedder(trials),
+        "rows": rows,
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="all of scifact-reproduce.yaml")
     parser.add_argument("--chunking", action="store_true", help="also run chunking.yaml")
     parser.add_argument("--tuned", action="store_true", help="also run scifact-tuned.yaml")
+    parser.add_argument("--prf", action="store_true", help="also run scifact-prf.yaml")
+    parser.add_argument("--window", action="store_true", help="also run chunking-window.yaml")
     parser.add_argument("--limit-queries", type=int, default=None)
     parser.add_argument("--runs", type=Path, default=RUNS)
     parser.add_argument("--cache", type=Path, default=None)
@@ -369,6 +540,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.tuned:
         found = tuned(args.runs, args.cache, [], args.limit_queries)
         print(json.dumps(found, indent=2, default=str) if found else f"{TUNED} does not exist")
+    if args.prf:
+        print(json.dumps(prf(args.runs, args.cache, [], args.limit_queries), indent=2, default=str))
+    if args.window:
+        found = chunking_window(args.runs, args.cache, [], args.limit_queries)
+        print(json.dumps(found, indent=2, default=str))
     return 0
 
 

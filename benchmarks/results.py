@@ -13,7 +13,7 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -59,6 +59,8 @@ SECTION_TITLES = {
     "scifact": "SciFact reproduction (scifact-reproduce.yaml)",
     "chunking": "Chunking evaluation (chunking.yaml)",
     "tuned": "Tuned sweep with honest selection (scifact-tuned.yaml)",
+    "prf": "Pseudo-relevance feedback on SciFact (scifact-prf.yaml)",
+    "window": "Sentence windows on the chunking evaluation (chunking-window.yaml)",
     "metrics": "Metrics vs pytrec_eval",
     "retrieval": "Retrieval vs bm25s / rank-bm25 / numpy",
     "engine": "Engine (12-trial sweep)",
@@ -259,7 +261,10 @@ def _regenerate() -> list[str]:
         "python -m benchmarks                    # BM25 reproduction, metrics, retrieval, engine,",
         "                                        # embedding throughput (minutes)",
         "python -m benchmarks --full             # + full scifact-reproduce.yaml, chunking.yaml,",
-        "                                        # scifact-tuned.yaml (if present), cross-encoder",
+        "                                        # scifact-tuned.yaml (if present),",
+        "                                        # scifact-prf.yaml, chunking-window.yaml,",
+        "                                        # cross-encoder",
+        "python -m benchmarks --full --only prf window   # those sections, replaced in place",
         "python -m benchmarks --tiny --out /tmp/RESULTS.md   # smoke test on tiny slices",
         "python -m benchmarks.bench_retrieval    # one benchmark on its own; also bench_metrics,",
         "                                        # bench_engine, bench_embed, bench_rerank,",
@@ -574,6 +579,198 @@ def _tuned_vs_published(section: dict[str, Any]) -> list[str]:
     return ["", "Against the published SciFact numbers (test split):", "", table(headers, rows)]
 
 
+def _prf(section: dict[str, Any] | None) -> list[str]:
+    lines = ["### SciFact: pseudo-relevance feedback (RM3) on BM25, honest selection", ""]
+    status = _status(section)
+    if status:
+        return [*lines, status]
+    assert section is not None
+    bm25 = section["bm25"]
+    tokenizer = bm25.get("tokenizer", {})
+    grid = [g for g in section["grid"] if g["prf"]]
+    values = {k: sorted({g["prf"][k] for g in grid}) for k in grid[0]["prf"]} if grid else {}
+    swept = ", ".join(f"{k} ∈ {{{', '.join(str(v) for v in vs)}}}" for k, vs in values.items())
+    lines += [
+        _provenance(section),
+        "",
+        f"BM25 {bm25.get('variant')} k1={bm25.get('k1')} b={bm25.get('b')}, stopwords "
+        f"{tokenizer.get('stopwords')}, stemmer {tokenizer.get('stemmer')} (the BM25 of "
+        f"scifact-reproduce.yaml), alone (the baseline) and with `query: prf` over the same "
+        f"index: {swept} ({len(section['grid'])} trials). Each metric's best trial on split "
+        f"'{section['select_on']}' was evaluated once on '{section['report_on']}' "
+        f"({section['report_queries']} queries) with the baseline; Δ and p are over those "
+        "queries (p: paired permutation test, 10,000 sign flips; wins / ties / losses of the "
+        "chosen trial per query).",
+        "",
+    ]
+    rows = [
+        (
+            c["metric"],
+            c["label"],
+            num(c["selected"]),
+            num(c["baseline_selected"]),
+            num(c["reported"]),
+            num(c["baseline_reported"]),
+            signed(c["delta"]),
+            num(c["p"]),
+            f"{c['wins']} / {c['ties']} / {c['losses']}",
+        )
+        for c in section["chosen"]
+    ]
+    lines.append(
+        table(
+            [
+                "metric",
+                "chosen on train",
+                "on train",
+                "BM25 on train",
+                "on test",
+                "BM25 on test",
+                "Δ on test",
+                "p",
+                "wins / ties / losses",
+            ],
+            rows,
+        )
+    )
+    baseline_on = {c["metric"]: c for c in section["chosen"]}
+    best_rows = [
+        (
+            b["metric"],
+            b["label"],
+            num(b["selected"]),
+            num(baseline_on[b["metric"]]["baseline_selected"]),
+            num(b["reported"]),
+            num(baseline_on[b["metric"]]["baseline_reported"]),
+            signed(b["delta"]),
+            num(b["p"]),
+            f"{b['wins']} / {b['ties']} / {b['losses']}",
+        )
+        for b in section.get("best_prf", [])
+    ]
+    if best_rows:
+        lines += [
+            "",
+            "prf against BM25 alone whatever the selection chose: each metric's best prf trial "
+            f"on '{section['select_on']}', evaluated once on '{section['report_on']}':",
+            "",
+            table(
+                [
+                    "metric",
+                    "best prf trial on train",
+                    "on train",
+                    "BM25 on train",
+                    "on test",
+                    "BM25 on test",
+                    "Δ on test",
+                    "p",
+                    "wins / ties / losses",
+                ],
+                best_rows,
+            ),
+        ]
+    metrics = [m for m in ("ndcg@10", "recall@100") if any(m in g for g in section["grid"])]
+    grid_rows = [
+        (
+            *(str(g["prf"][k]) if g["prf"] else "– (BM25 alone)" for k in values),
+            *(num(g.get(m)) for m in metrics),
+        )
+        for g in section["grid"]
+    ]
+    lines += [
+        "",
+        f"Every trial on '{section['select_on']}' (mean over its queries):",
+        "",
+        table([*values, *(f"{m} ({section['select_on']})" for m in metrics)], grid_rows),
+    ]
+    for b in section.get("best_prf", []):
+        if b["metric"] != "ndcg@10":
+            continue
+        chose = next(c for c in section["chosen"] if c["metric"] == "ndcg@10")
+        picked = "BM25 alone" if chose["is_baseline"] else "a prf trial"
+        lines += [
+            "",
+            f"**nDCG@10:** the selection on train chose {picked}; the best prf trial on train "
+            f"scores {b['reported']:.4f} on test against BM25's "
+            f"{chose['baseline_reported']:.4f}: {'a gain' if b['delta'] > 0 else 'a loss'} of "
+            f"{abs(b['delta']):.4f} (paired permutation p = {b['p']:.4f}; "
+            f"{'significant' if b['p'] < 0.05 else 'not significant'} at 0.05).",
+        ]
+    return lines
+
+
+def _window(section: dict[str, Any] | None) -> list[str]:
+    lines = [
+        "### Sentence windows on the chunking evaluation (Chroma), span level, top 5 chunks",
+        "",
+    ]
+    status = _status(section)
+    if status:
+        return [*lines, status]
+    assert section is not None
+    rows = []
+    for r in section["rows"]:
+        paired = r.get("vs_plain")
+        rows.append(
+            (
+                r["chunker"],
+                r["postprocess"],
+                num(r.get("chunks")),
+                num(r.get("mean_tokens"), 0),
+                f"{r['recall']:.1f} (±{r['recall_ci95']:.1f})",
+                num(r["precision"], 1),
+                num(r["iou"], 1),
+                signed(paired["delta"], 1) if paired else "–",
+                num(paired["p"]) if paired else "–",
+                f"{paired['wins']} / {paired['ties']} / {paired['losses']}" if paired else "–",
+            )
+        )
+    lines += [
+        _provenance(section),
+        "",
+        table(
+            [
+                "chunks",
+                "postprocess",
+                "texts scored",
+                "mean size (cl100k)",
+                "span recall@5 (95% CI)",
+                "precision@5",
+                "IoU@5",
+                "Δ recall vs no window",
+                "p",
+                "wins / ties / losses",
+            ],
+            rows,
+        ),
+        "",
+        f"Embedder `{section['embedder']}`, exact cosine search; percent, mean over the "
+        "queries. `sentence`: whole sentences packed up to 100 cl100k tokens; `sentence_window`: "
+        "one sentence embedded, 2 sentences of context on each side kept with it. With "
+        "`postprocess: window` each hit is replaced by its window (2 sentences on each side of "
+        "a sentence chunk; a sentence-window chunk's stored window) and the span metrics score "
+        "the window's characters — the text an LLM would be shown. Texts scored and their mean "
+        "size are those of the chunk set the ranking refers to (the windows, for window "
+        "trials). Δ and p: paired over the queries against the same chunking without windows "
+        "(p: paired permutation test, 10,000 sign flips).",
+    ]
+    by_key = {(r["chunker"], r["postprocess"]): r for r in section["rows"]}
+    plain, windowed = by_key.get(("sentence", "none")), by_key.get(("sentence", "window"))
+    if plain and windowed:
+        gain = windowed["recall"] - plain["recall"]
+        larger = windowed.get("mean_tokens", float("nan")) / plain.get("mean_tokens", 1.0)
+        lines += [
+            "",
+            f"**Span recall@5, sentence chunks with windows vs without:** {windowed['recall']:.1f} "
+            f"vs {plain['recall']:.1f} ({gain:+.1f} points, p = {windowed['vs_plain']['p']:.4f}); "
+            f"precision {windowed['precision']:.1f} vs {plain['precision']:.1f}: the windows hold "
+            f"{larger:.1f}x the text of the chunks (a chunk cut out of a long sentence gets that "
+            "whole sentence and two more on each side), so they cover more evidence with more "
+            "text.",
+        ]
+    return lines
+
+
 def _rerank_proof(section: dict[str, Any] | None) -> list[str]:
     lines = ["### Cross-encoder reranking path (scifact-rerank.yaml)", ""]
     status = _status(section)
@@ -879,6 +1076,24 @@ def _memory(section: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+Block = tuple[tuple[str, ...], Callable[[dict[str, Any]], list[str]]]
+# The sections each part of the file renders, in order: what ``update`` may replace.
+QUALITY: list[Block] = [
+    (("scifact",), lambda s: _scifact(s.get("scifact"))),
+    (("chunking",), lambda s: _chunking(s.get("chunking"))),
+    (("tuned",), lambda s: _tuned(s.get("tuned"))),
+    (("prf",), lambda s: _prf(s.get("prf"))),
+    (("window",), lambda s: _window(s.get("window"))),
+    (("rerank",), lambda s: _rerank_proof(s.get("rerank"))),
+]
+SPEED: list[Block] = [
+    (("retrieval", "metrics", "embed"), _speed),
+    (("engine",), lambda s: _engine(s.get("engine"))),
+    (("rerank",), lambda s: _rerank_latency(s.get("rerank"))),
+    (("scifact",), lambda s: _memory(s.get("scifact"))),
+]
+
+
 def render(results: dict[str, Any]) -> str:
     """RESULTS.md for one benchmark run."""
     s = results["sections"]
@@ -888,15 +1103,9 @@ def render(results: dict[str, Any]) -> str:
         _machine(results),
         _overview(results),
         ["## Quality"],
-        _scifact(s.get("scifact")),
-        _chunking(s.get("chunking")),
-        _tuned(s.get("tuned")),
-        _rerank_proof(s.get("rerank")),
+        *(draw(s) for _, draw in QUALITY),
         ["## Speed"],
-        _speed(s),
-        _engine(s.get("engine")),
-        _rerank_latency(s.get("rerank")),
-        _memory(s.get("scifact")),
+        *(draw(s) for _, draw in SPEED),
     ]
     return "\n\n".join("\n".join(p) for p in parts) + "\n"
 
@@ -905,4 +1114,73 @@ def write(results: dict[str, Any], path: Path) -> Path:
     """Render ``results`` to ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(results), encoding="utf-8")
+    return path
+
+
+def _blocks(text: str) -> list[list[str]]:
+    """``text`` cut before every ``##`` / ``###`` heading (the first block: the title)."""
+    blocks: list[list[str]] = [[]]
+    for line in text.rstrip("\n").split("\n"):
+        if line.startswith(("## ", "### ")):
+            blocks.append([])
+        blocks[-1].append(line)
+    return [b[:-1] if b and b[-1] == "" else b for b in blocks]
+
+
+def _table_rows(lines: Sequence[str]) -> dict[str, list[str]]:
+    """First cell → cells of a Markdown table's body rows."""
+    rows = [[c.strip() for c in line.strip().strip("|").split(" | ")] for line in lines]
+    return {r[0]: r for r in rows[2:] if r}
+
+
+def update(results: dict[str, Any], path: Path, selected: Sequence[str]) -> Path:
+    """Replace, in an existing RESULTS.md, the parts that only the ``selected`` sections render
+    (their subsections and rows of the section table) with this run's figures, and say so
+    under the title; every other part keeps the figures of the run that wrote it."""
+    blocks = _blocks(path.read_text(encoding="utf-8"))
+    sections = results["sections"]
+    for group, parts in (("## Quality", QUALITY), ("## Speed", SPEED)):
+        for keys, draw in parts:
+            if not set(keys) <= set(selected):
+                continue
+            new = draw(sections)
+            headings = [b[0] if b else "" for b in blocks]
+            if new[0] in headings:
+                blocks[headings.index(new[0])] = new
+                continue
+            drawn = [d(sections)[0] for _, d in parts]  # insert after the part drawn before it
+            before = [h for h in drawn[: drawn.index(new[0])] if h in headings]
+            at = headings.index(before[-1] if before else group) + 1
+            blocks.insert(at, new)
+    headings = [b[0] if b else "" for b in blocks]
+    overview = blocks[headings.index("## Sections in this run")]
+    old_rows = _table_rows([line for line in overview if line.startswith("|")])
+    drawn_overview = "\n".join(_overview(results)).split("\n")
+    new_rows = _table_rows([line for line in drawn_overview if line.startswith("|")])
+    rows = []
+    for key, title in SECTION_TITLES.items():
+        source = new_rows if key in selected else old_rows
+        rows.append(source.get(title, [title, "not run", "–"]))
+    blocks[headings.index("## Sections in this run")] = [
+        "## Sections in this run",
+        "",
+        table(["section", "status", "seconds"], rows),
+    ]
+    blocks[headings.index("## How to regenerate")] = _regenerate()
+    m = results["machine"]
+    commit = m["commit"] + (" with uncommitted changes" if m["dirty"] else "")
+    tiny = " **Tiny smoke run: not results.**" if results["mode"] == "tiny" else ""
+    notes = [  # one line per section, replacing that section's older line
+        f"Updated since: {title}, by `{results['command']}` on {m['date']} (commit {commit}), "
+        f"not by the command above.{tiny}"
+        for key, title in SECTION_TITLES.items()
+        if key in selected
+    ]
+    replaced = tuple(f"Updated since: {SECTION_TITLES[k]}," for k in selected)
+    title = [line for line in blocks[0] if not line.startswith(replaced)]
+    at = next((i for i, line in enumerate(title) if line.startswith("Generated by")), 0)
+    kept = [line for note in notes for line in ("", note)]
+    blocks[0] = [*title[: at + 1], *kept, *title[at + 1 :]]
+    blocks[0] = [line for i, line in enumerate(blocks[0]) if line or blocks[0][i - 1]]
+    path.write_text("\n\n".join("\n".join(b) for b in blocks) + "\n", encoding="utf-8")
     return path

@@ -393,8 +393,11 @@ class PlanBuilder:
             extend=extend,
         )
 
-    def query_vectors(self, embedder: ComponentConfig | None = None) -> str:
-        """Vectors of the (current) query texts, each query embedded alone and timed."""
+    def query_vectors(
+        self, embedder: ComponentConfig | None = None, queries: str | None = None
+    ) -> str:
+        """Vectors of the query texts — the current ones (after a query transform), or the
+        stage or source ``queries`` — each query embedded alone and timed."""
         embedder = embedder or self.config("embedder")
 
         def compute(env: Env, queries: Sequence[str] | Queries) -> QueryVectors:
@@ -404,7 +407,7 @@ class PlanBuilder:
         return self.add(
             "query_vectors",
             "query_vectors",
-            (self.queries,),
+            (queries or self.queries,),
             (component_key(embedder),),
             compute,
             artifacts.QUERY_VECTORS,

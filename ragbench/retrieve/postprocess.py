@@ -3,7 +3,8 @@ is returned (and scored).
 
 - ``none``: the ranking as it is.
 - ``threshold``: drop hits below ``value`` on a declared ``scale``: ``absolute`` (the raw
-  score), ``relative`` (a share of the query's top score), ``minmax`` (the score min-max
+  score), ``relative`` (within ``1 - value`` of the top score's magnitude: for a positive top
+  score, at least ``value`` × it), ``minmax`` (the score min-max
   normalised over the query's hits) or ``top_p`` (the fewest top hits whose min-max normalised
   scores hold a share ``value`` of the query's total). The raw scale of RRF scores (~0.01–0.03)
   is not that of a cosine or a cross-encoder, so the scale is always explicit. A query may keep
@@ -112,8 +113,8 @@ class ThresholdConfig(_PostprocessConfig):
         scores = np.array([s for _, s in hits], dtype=np.float64)
         if self.scale == "absolute":
             keep = scores >= self.value
-        elif self.scale == "relative":
-            keep = scores >= self.value * scores[0]
+        elif self.scale == "relative":  # within (1 - value) of the top score's magnitude
+            keep = scores >= scores[0] - (1 - self.value) * abs(scores[0])
         else:
             spread = scores.max() - scores.min()
             norm = (scores - scores.min()) / spread if spread > 0 else np.ones(len(scores))

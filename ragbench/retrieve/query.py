@@ -93,17 +93,21 @@ def expand_query(
 
 class PRFConfig(StepConfig):
     """Pseudo-relevance feedback (RM3) on BM25; ``bm25`` is the index the feedback comes from
-    (the BM25 retriever's own when their options agree)."""
+    (default: the trial's own BM25 options — its ``bm25`` retriever's, or its hybrid's — so the
+    expansion terms are that index's terms)."""
 
     kind: Literal["prf"] = "prf"
     fb_docs: int = Field(10, gt=0)
     fb_terms: int = Field(10, gt=0)
     original_weight: float = Field(0.5, gt=0, le=1)
-    bm25: BM25Config = Field(default_factory=BM25Config)
+    bm25: BM25Config | None = None
 
     def plan(self, g: PlanBuilder, upstream: str | None, k: int) -> None:
         """A ``query`` stage of weighted terms; BM25 searches with them."""
         config = self
+        retriever = g.configs.get("retriever")
+        own = retriever if isinstance(retriever, BM25Config) else getattr(retriever, "bm25", None)
+        bm25 = self.bm25 or (own if isinstance(own, BM25Config) else BM25Config())
 
         def compute(env: Env, index: BM25Index, queries: Sequence[str] | Queries) -> Queries:
             texts = query_texts(queries)
@@ -122,7 +126,7 @@ class PRFConfig(StepConfig):
                 )
             return Queries(texts, np.arange(len(texts)), seconds, terms, None, notes)
 
-        inputs = (g.bm25_index(self.bm25), g.queries)
+        inputs = (g.bm25_index(bm25), g.queries)
         g.queries = g.add(
             "prf", "query", inputs, (component_key(self),), compute, QUERIES, latency="query"
         )

@@ -173,27 +173,28 @@ class RerankerConfig(StepConfig):
         """The first stage gives at least ``candidates`` hits."""
         return max(k, self.candidates)
 
-    def reranker(self, env: Env, vectors: np.ndarray | None, chunks: ChunkSet) -> Reranker:
-        """The component that rescores (shared by every plan run with ``env``)."""
-        return env.component("reranker", self)
+    def reranker(self, env: Env, chunks: ChunkSet, *resources: Any) -> Reranker:
+        """The component that rescores (shared by every plan run with ``env``), given the
+        values of the ``resources`` stages."""
+        reranker: Reranker = env.component("reranker", self)
+        return reranker
 
-    def document_vectors(self, g: PlanBuilder) -> str | None:
-        """The document-vectors stage this kind needs, if any."""
-        return None
+    def resources(self, g: PlanBuilder) -> list[str]:
+        """The stages this kind reads besides the ranking, the chunks and the queries."""
+        return []
 
     def plan(self, g: PlanBuilder, upstream: str | None, k: int) -> str:
         """Rescore ``upstream`` and keep ``k`` hits per query."""
         if upstream is None:
             raise ValueError(f"reranker {self.kind!r} needs a first-stage ranking")
-        vectors = self.document_vectors(g)
 
         def compute(
-            env: Env, first: Timed, chunks: ChunkSet, queries: Sequence[str], *extra: np.ndarray
+            env: Env, first: Timed, chunks: ChunkSet, queries: Sequence[str], *values: Any
         ) -> Timed:
-            reranker = self.reranker(env, extra[0] if extra else None, chunks)
+            reranker = self.reranker(env, chunks, *values)
             return rerank(reranker, queries, first.ranking, chunks.texts, k, env.warm_up)
 
-        inputs = (upstream, g.chunks(), "queries", *([vectors] if vectors else []))
+        inputs = (upstream, g.chunks(), "queries", *self.resources(g))
         parts = (component_key(self), k)
         return g.add("rerank", "rerank", inputs, parts, compute, RANKING, latency="rerank")
 
@@ -306,14 +307,17 @@ class DenseRerankConfig(RerankerConfig):
         )
     )
 
-    def document_vectors(self, g: PlanBuilder) -> str:
-        """The chunks' vectors under this reranker's own embedder."""
-        return g.doc_vectors(self.embedder)
+    def resources(self, g: PlanBuilder) -> list[str]:
+        """The chunks' and the queries' vectors under this reranker's own embedder (shared
+        with a dense retriever of the same model)."""
+        return [g.doc_vectors(self.embedder), g.query_vectors(self.embedder, "queries")]
 
-    def reranker(self, env: Env, vectors: np.ndarray | None, chunks: ChunkSet) -> Reranker:
-        """A dense reranker reading document vectors from the planned stage."""
+    def reranker(self, env: Env, chunks: ChunkSet, *resources: Any) -> Reranker:
+        """A dense reranker reading document and query vectors from the planned stages."""
+        vectors, queries = resources
         known = dict(zip(chunks.ids, range(len(chunks)), strict=True))
-        return DenseReranker(self, env.embedder(self.embedder), (known, vectors))
+        asked = dict(zip(env.queries, np.asarray(queries.vectors), strict=True))
+        return DenseReranker(self, env.embedder(self.embedder), (known, vectors), asked)
 
 
 def _unit_rows(vectors: np.ndarray) -> np.ndarray:
@@ -324,8 +328,8 @@ def _unit_rows(vectors: np.ndarray) -> np.ndarray:
 class DenseReranker:
     """Cosine similarity of query ("query" role) and passage ("document" role) embeddings.
 
-    ``documents`` — (chunk id → row, vectors) — supplies passage vectors computed beforehand;
-    passages missing there are embedded on the fly.
+    ``documents`` — (chunk id → row, vectors) — and ``queries`` — (query text → vector) —
+    supply vectors computed beforehand; texts missing there are embedded on the fly.
     """
 
     def __init__(
@@ -333,10 +337,12 @@ class DenseReranker:
         config: DenseRerankConfig | None = None,
         embedder: Embedder | None = None,
         documents: tuple[Mapping[str, int], np.ndarray | None] | None = None,
+        queries: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         self.config = config or DenseRerankConfig()
         self.embedder: Embedder = embedder or components("embedder").build(self.config.embedder)
         self.documents = documents
+        self.queries = queries or {}
         self.stats = RerankStats()
 
     @property
@@ -353,7 +359,11 @@ class DenseReranker:
     def _score(self, queries: Sequence[str], pairs: Pairs, texts: Mapping[str, str]) -> np.ndarray:
         query_rows = {i: n for n, i in enumerate(dict.fromkeys(i for i, _ in pairs))}
         chunk_rows = {c: n for n, c in enumerate(dict.fromkeys(c for _, c in pairs))}
-        q = _unit_rows(self.embedder.embed([queries[i] for i in query_rows], role="query"))
+        asked = [queries[i] for i in query_rows]
+        if all(text in self.queries for text in asked):
+            q = _unit_rows(np.stack([self.queries[text] for text in asked]))
+        else:
+            q = _unit_rows(self.embedder.embed(asked, role="query"))
         d = _unit_rows(self._passages(list(chunk_rows), texts))
         qi = np.fromiter((query_rows[i] for i, _ in pairs), dtype=np.int64, count=len(pairs))
         ti = np.fromiter((chunk_rows[c] for _, c in pairs), dtype=np.int64, count=len(pairs))
@@ -374,7 +384,7 @@ class LLMRerankConfig(RerankerConfig, LLMOptions):
     candidates: int = Field(20, gt=0)
     timeout: float = Field(30.0, gt=0)
 
-    def reranker(self, env: Env, vectors: np.ndarray | None, chunks: ChunkSet) -> Reranker:
+    def reranker(self, env: Env, chunks: ChunkSet, *resources: Any) -> Reranker:
         """A judge calling the model through the env's cached client."""
         return LLMReranker(self, env.llm(self, "reranker"))
 
