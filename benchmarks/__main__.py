@@ -9,7 +9,9 @@
 * ``--full`` adds the whole scifact-reproduce.yaml (MiniLM exact and hnsw), chunking.yaml,
   experiments/scifact-tuned.yaml when it exists, pseudo-relevance feedback on SciFact
   (scifact-prf.yaml), sentence windows on the chunking evaluation (chunking-window.yaml), and
-  the cross-encoder path and latency; they read the stage cache, so reruns cost minutes.
+  the cross-encoder path and latency; they read the stage cache, so reruns cost minutes. It
+  also runs the scale curve (exact, hnsw and BM25 at 10k, 100k and 1M synthetic chunks, about
+  an hour) and the Dask executor against serial.
 * ``--only SECTION ...`` runs the named sections; when ``--out`` already exists, only their
   parts of it are replaced (the other sections keep the figures of the run that wrote them).
 * ``--tiny`` runs every section on tiny slices (a few documents and queries, the hashing
@@ -23,6 +25,7 @@ run; the exit code is 1 when any section failed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -44,6 +47,7 @@ from benchmarks import bench_quality, results
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "RESULTS.md"
 TINY_QUERIES = 5
+ONNX_CONFIG = REPO / "experiments" / "scifact-onnx.yaml"
 
 
 @dataclass
@@ -191,6 +195,74 @@ def embed(s: Settings) -> dict[str, Any]:
     return bench_embed.measure(bench_embed.texts_of(bench_quality.SCIFACT, 300))
 
 
+def onnx(s: Settings) -> dict[str, Any]:
+    """Torch against the ONNX backend (fp32, int8): texts/s on 300 SciFact abstracts, and
+    nDCG@10 of each on SciFact through scifact-onnx.yaml (``--full``)."""
+    from benchmarks import bench_embed
+    from benchmarks.models import local_model
+
+    if not (s.full or s.tiny):
+        raise Skip("runs with --full")
+    _need(bench_quality.SCIFACT)
+    overrides = [f"dataset.path={json.dumps(str(s.scifact()))}"]
+    if s.tiny:
+        model = str(local_model("tiny-bi-encoder", s.cache))
+        speed = bench_embed.backends(bench_embed.texts_of(s.scifact(), 10), model, repeat=1)
+        overrides += [f"sweep.embedder[{i}].model={json.dumps(model)}" for i in (0, 1)]
+    else:
+        speed = bench_embed.backends(bench_embed.texts_of(bench_quality.SCIFACT, 300))
+    config = bench_quality.load_config(ONNX_CONFIG, overrides)
+    done = bench_quality.run_config(config, s.runs / "scifact-onnx", s.limit, s.cache)
+    trials = done["result"].trials
+    quality = [
+        {
+            "backend": str(row.get("param.embedder.backend") or "torch")
+            + ("-int8" if row.get("param.embedder.quantize") == "int8" else ""),
+            "ndcg@10": float(row["ndcg@10"]),
+            "recall@100": float(row["recall@100"]),
+        }
+        for _, row in trials[trials["status"] == "ok"].iterrows()
+    ]
+    return {
+        "speed": speed,
+        "quality": quality,
+        "run": bench_quality.relative(done["result"].path),
+        "queries": int(done["result"].manifest["queries"]["count"]),
+    }
+
+
+def latency(s: Settings) -> dict[str, Any]:
+    """The same dense sweep's latency pass, quiet and under two CPU burners (``--full``)."""
+    from benchmarks import bench_latency
+
+    if not (s.full or s.tiny):
+        raise Skip("runs with --full")
+    if s.tiny:
+        return bench_latency.measure(queries=TINY_QUERIES, embedder=bench_quality.HASHING)
+    return bench_latency.measure()
+
+
+def agreement(s: Settings) -> dict[str, Any]:
+    """Real labels against generated ones (ict, headings) on SciFact and the chunking
+    evaluation: do they rank one sweep's trials alike? (``--full``)"""
+    from benchmarks import bench_agreement
+
+    if not (s.full or s.tiny):
+        raise Skip("runs with --full")
+    _need(bench_quality.SCIFACT)
+    _need(bench_quality.CHUNKING_EVAL)
+    if not s.tiny:
+        return bench_agreement.measure(s.runs, s.cache)
+    scifact, chunking = s.scifact(), s.chunking_eval()
+    overrides = {
+        "scifact": s.overrides(bench_agreement.SCIFACT_CONFIG, scifact),
+        "chunking": s.overrides(bench_agreement.CHUNKING_CONFIG, chunking),
+    }
+    return bench_agreement.measure(
+        s.runs, s.cache, scifact, chunking, overrides, n=TINY_QUERIES, limit=TINY_QUERIES
+    )
+
+
 def rerank(s: Settings) -> dict[str, Any]:
     """The cross-encoder path on scifact-rerank.yaml and its latency (``--full``)."""
     from benchmarks import bench_rerank
@@ -212,6 +284,34 @@ def rerank(s: Settings) -> dict[str, Any]:
     return bench_rerank.measure(runs=s.runs, cache_root=s.cache)
 
 
+def scale(s: Settings) -> dict[str, Any]:
+    """Exact, hnsw and BM25 at 10k, 100k and 1M synthetic chunks, plotted (``--full``; tiny:
+    1k and 3k chunks, the plot in the temporary directory)."""
+    from benchmarks import bench_scale
+
+    if not (s.full or s.tiny):
+        raise Skip("runs with --full")
+    if s.tiny:
+        found = bench_scale.measure(sizes=(1_000, 3_000), queries=4 * TINY_QUERIES)
+        path = s.runs / "scale.png"
+    else:
+        found = bench_scale.measure()
+        path = REPO / "benchmarks" / "scale.png"
+    found["plot"] = bench_quality.relative(bench_scale.plot(found, path))
+    return found
+
+
+def dask(s: Settings) -> dict[str, Any]:
+    """Serial, process-pool and Dask executors on one CPU-bound demo sweep (``--full``)."""
+    from benchmarks import bench_dask
+
+    if not (s.full or s.tiny):
+        raise Skip("runs with --full")
+    if s.tiny:
+        return bench_dask.measure(limit_queries=TINY_QUERIES, sizes=(300,))
+    return bench_dask.measure()
+
+
 # The SciFact sweep runs first so that its peak RSS is not inflated by the other sections.
 SECTIONS: list[tuple[str, Callable[[Settings], dict[str, Any]]]] = [
     ("scifact", scifact),
@@ -224,6 +324,11 @@ SECTIONS: list[tuple[str, Callable[[Settings], dict[str, Any]]]] = [
     ("engine", engine),
     ("embed", embed),
     ("rerank", rerank),
+    ("onnx", onnx),
+    ("latency", latency),
+    ("agreement", agreement),
+    ("scale", scale),
+    ("dask", dask),
 ]
 
 

@@ -9,6 +9,11 @@ files, batch size, maximum sequence length and normalisation; they run alternate
 warm-up call each, and the fastest of ``--repeat`` passes counts. The largest absolute
 difference between the two sets of vectors is printed as a correctness check. ``measure()``
 returns the figures as a dict.
+
+``backends()`` (``--backends``) compares, on the same texts, ``SentenceTransformer.encode``
+(torch) with ragbench's embedder on ONNX Runtime, fp32 and int8 (``backend: onnx``); the
+exports are built (or read from the cache) before timing, and every side runs alternately,
+the fastest of ``--repeat`` passes counting.
 """
 
 from __future__ import annotations
@@ -94,6 +99,79 @@ def measure(
     }
 
 
+def backends(
+    texts: Sequence[str],
+    model: str = DEFAULT_MODEL,
+    repeat: int = 3,
+    batch_size: int = 32,
+    max_seq_length: int = 256,
+) -> dict[str, Any]:
+    """Texts/s of torch's ``encode`` and of the ONNX backend (fp32, int8) on ``texts``, and
+    each ONNX side's cosine to torch's vectors (mean and minimum over the texts)."""
+    from sentence_transformers import SentenceTransformer
+
+    from ragbench.index.embedders import SentenceTransformerConfig, SentenceTransformerEmbedder
+    from ragbench.models import resolve_model
+
+    texts = list(texts)
+    direct = SentenceTransformer(resolve_model(model), device="cpu")
+    direct.max_seq_length = max_seq_length
+    sides: dict[str, Any] = {
+        "torch": lambda: direct.encode(
+            texts,
+            batch_size=batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+    }
+    for quantize in ("none", "int8"):
+        embedder = SentenceTransformerEmbedder(
+            SentenceTransformerConfig(
+                model=model,
+                batch_size=batch_size,
+                max_seq_length=max_seq_length,
+                backend="onnx",
+                quantize=quantize,  # type: ignore[arg-type]
+            )
+        )
+        embedder.embed(texts[:2])  # export (or read the export) and warm up
+        sides["onnx-fp32" if quantize == "none" else "onnx-int8"] = lambda e=embedder: e.embed(
+            texts, "document"
+        )
+    direct.encode(texts[:2], batch_size=batch_size, show_progress_bar=False)
+    best = dict.fromkeys(sides, float("inf"))
+    vectors: dict[str, np.ndarray] = {}
+    for _ in range(repeat):
+        for name, fn in sides.items():
+            started = time.perf_counter()
+            vectors[name] = fn()
+            best[name] = min(best[name], time.perf_counter() - started)
+    rows = []
+    for name, seconds in best.items():
+        cosines = (vectors[name] * vectors["torch"]).sum(axis=1)
+        rows.append(
+            {
+                "backend": name,
+                "seconds": seconds,
+                "per_s": len(texts) / seconds,
+                "speedup": best["torch"] / seconds,
+                "mean_cosine": float(cosines.mean()),
+                "min_cosine": float(cosines.min()),
+            }
+        )
+    chars = [len(t) for t in texts]
+    return {
+        "model": model,
+        "texts": len(texts),
+        "mean_chars": float(np.mean(chars)) if chars else 0.0,
+        "batch_size": batch_size,
+        "max_seq_length": max_seq_length,
+        "repeat": repeat,
+        "rows": rows,
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default=str(DEFAULT_DATASET), help="BEIR folder or 'demo'")
@@ -101,7 +179,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", default=DEFAULT_MODEL, help="hub id or local directory")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--backends", action="store_true", help="torch against ONNX fp32/int8")
     args = parser.parse_args(argv)
+    if args.backends:
+        found = backends(texts_of(args.dataset, args.texts), args.model, args.repeat)
+        print(f"{found['texts']} texts (mean {found['mean_chars']:.0f} chars), model {args.model}")
+        for row in found["rows"]:
+            print(
+                f"{row['backend']:<10}{row['per_s']:>9.1f} texts/s {row['speedup']:>6.2f}x  "
+                f"cosine to torch mean {row['mean_cosine']:.4f} min {row['min_cosine']:.4f}"
+            )
+        return 0
     m = measure(texts_of(args.dataset, args.texts), args.model, args.repeat, args.batch_size)
     print(
         f"{m['texts']} texts (mean {m['mean_chars']:.0f} chars), model {m['model']}, batch "

@@ -19,6 +19,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ragbench.experiment.latency import cpu_times as cpu_times  # one implementation, shared
+from ragbench.experiment.latency import other_cpu_share as other_cpu_share
+
 REPO = Path(__file__).resolve().parents[1]
 
 # Published SciFact test-split references (not measured here).
@@ -66,6 +69,11 @@ SECTION_TITLES = {
     "engine": "Engine (12-trial sweep)",
     "embed": "Embedding throughput",
     "rerank": "Cross-encoder path and latency (scifact-rerank.yaml)",
+    "onnx": "ONNX backend against torch (scifact-onnx.yaml)",
+    "latency": "Latency pass, quiet and under CPU burners",
+    "agreement": "Agreement of generated labels with real ones",
+    "scale": "Scale curve: exact, hnsw and BM25 to 1M chunks",
+    "dask": "Dask executor against serial",
 }
 
 
@@ -108,36 +116,6 @@ def machine() -> dict[str, Any]:
         "dirty": bool(_git(["status", "--porcelain", "--untracked-files=no"])),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }
-
-
-def cpu_times() -> tuple[float, float] | None:
-    """(busy CPU seconds of the whole machine, CPU seconds of this process and its waited-for
-    children), or None where /proc/stat is missing. Two samples give the share of the machine
-    other processes used in between (see ``other_cpu_share``)."""
-    import resource
-
-    try:
-        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    except OSError:
-        return None
-    ticks = [int(v) for v in fields[:8]]
-    busy = (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
-    own = sum(
-        getattr(resource.getrusage(who), f)
-        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-        for f in ("ru_utime", "ru_stime")
-    )
-    return busy, own
-
-
-def other_cpu_share(
-    start: tuple[float, float] | None, end: tuple[float, float] | None, seconds: float
-) -> float | None:
-    """Share of all cores' time between two ``cpu_times`` samples used by other processes."""
-    if start is None or end is None or seconds <= 0:
-        return None
-    other = (end[0] - start[0]) - (end[1] - start[1])
-    return max(0.0, other / (seconds * (os.cpu_count() or 1)))
 
 
 def _git(args: list[str]) -> str:
@@ -263,12 +241,13 @@ def _regenerate() -> list[str]:
         "python -m benchmarks --full             # + full scifact-reproduce.yaml, chunking.yaml,",
         "                                        # scifact-tuned.yaml (if present),",
         "                                        # scifact-prf.yaml, chunking-window.yaml,",
-        "                                        # cross-encoder",
+        "                                        # cross-encoder, scale curve to 1M chunks,",
+        "                                        # Dask executor",
         "python -m benchmarks --full --only prf window   # those sections, replaced in place",
         "python -m benchmarks --tiny --out /tmp/RESULTS.md   # smoke test on tiny slices",
         "python -m benchmarks.bench_retrieval    # one benchmark on its own; also bench_metrics,",
         "                                        # bench_engine, bench_embed, bench_rerank,",
-        "                                        # bench_quality",
+        "                                        # bench_quality, bench_scale, bench_dask",
         "```",
         "",
         "The expensive parts read the stage cache (`RAGBENCH_CACHE`, default `~/.cache/ragbench`), "
@@ -1076,6 +1055,347 @@ def _memory(section: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _others(share: float | None) -> str:
+    return "–" if share is None else f"{100 * share:.0f}%"
+
+
+def _scale(section: dict[str, Any] | None) -> list[str]:
+    lines = ["### Scale curve: exact, hnsw and BM25 from 10k to 1M chunks", ""]
+    status = _status(section)
+    if status:
+        return [*lines, status]
+    assert section is not None
+    corpus, rows = section["corpus"], section["rows"]
+    table_rows = []
+    for kind in dict.fromkeys(r["store"] for r in rows):
+        for r in (r for r in rows if r["store"] == kind):
+            table_rows.append(
+                (
+                    kind,
+                    num(r["chunks"]),
+                    num(r["build_s"], 2),
+                    num(r["peak_mb"], 0),
+                    num(r["p50_ms"], 3),
+                    num(r["p95_ms"], 3),
+                    num(r["disk_mb"], 1),
+                    _others(r["other_cpu"]),
+                )
+            )
+        fits = section["exponents"][kind]
+        cells = (num(fits[c], 2) for c in ("build_s", "peak_mb", "p50_ms"))
+        table_rows.append((kind, "**growth exponent**", *cells, "–", num(fits["disk_mb"], 2), "–"))
+    exact = [r for r in rows if r["store"] == "exact"]
+    hnsw = [r for r in rows if r["store"] == "hnsw"]
+    lines += [
+        f"{num(corpus['chunks'])} passages of seeded synthetic text (mean "
+        f"{corpus['mean_words']:.0f} words, {corpus['mean_chars']:.0f} characters; words drawn "
+        "from a Zipf–Mandelbrot distribution over a million-word vocabulary, Lucene's English "
+        "stop set at the top), smaller corpora being prefixes of the largest; dense vectors from "
+        f"the `hashing` embedder, {section['dim']} dimensions (embedding "
+        f"{num(corpus['chunks'])} passages took {corpus['embed_wall_s']:.0f} s with "
+        f"{corpus['processes']} processes, {corpus['chunks'] / corpus['embed_s']:.0f} "
+        "passages/s per process; not counted in the build times). Each index at each size was "
+        "built, queried and saved in a fresh process; "
+        f"**hnsw was built with {section['hnsw_threads']} threads** (`HnswConfig.threads`; "
+        "faster, but two builds may differ — the default, 1 thread, builds the same graph every "
+        "time), with the other defaults (M=16, ef_construction=200, ef_search=100).",
+        "",
+        table(
+            [
+                "index",
+                "chunks",
+                "build (s)",
+                "peak memory (MB)",
+                f"p50 query (ms, k={section['k']})",
+                "p95 query (ms)",
+                "on disk (MB)",
+                "others' CPU",
+            ],
+            table_rows,
+        ),
+        "",
+        "Build: the stores' `add` calls over vectors read batch by batch (dense), or `add` of "
+        "the texts (tokenizing included) plus the lazy build on the first search (BM25). Peak "
+        "memory: the process's resident high-water mark (`VmHWM`, reset after start-up) minus "
+        "its resident size before the build, over build, queries and `save`. Query latency: "
+        f"{section['queries']} queries one at a time through `per_query` after "
+        f"{section['warm_up']} warm-up queries; dense latency excludes embedding the query, and "
+        "BLAS is pinned to one thread. On disk: the files `save` writes. Growth exponent: the "
+        "slope of a least-squares line through log(value) against log(chunks). Others' CPU: "
+        "the share of the machine's CPU time other processes used while that index was "
+        "measured (from /proc/stat).",
+        "",
+        "- Exact search one query at a time with numpy's default BLAS threads instead of one: "
+        + ", ".join(
+            f"p50 {num(r['p50_ms_default_blas'], 3)} ms at {num(r['chunks'])} chunks" for r in exact
+        )
+        + ".",
+        "- hnsw recall@10 against exact search, same queries: "
+        + ", ".join(f"{num(r['recall_at_10'], 3)} at {num(r['chunks'])}" for r in hnsw)
+        + ".",
+        "- Peak memory of the build alone (before queries and `save`): "
+        + "; ".join(
+            f"{kind} "
+            + ", ".join(f"{num(r['build_peak_mb'], 0)} MB" for r in rows if r["store"] == kind)
+            for kind in dict.fromkeys(r["store"] for r in rows)
+        )
+        + ".",
+    ]
+    plot = section.get("plot")
+    if plot == "benchmarks/scale.png":
+        lines += ["", "![Build time, peak memory, latency and size against chunks](scale.png)"]
+    elif plot:
+        lines += ["", f"Plot: `{plot}`."]
+    return lines
+
+
+def _dask(section: dict[str, Any] | None) -> list[str]:
+    lines = ["### Executors: Dask LocalCluster against serial", ""]
+    status = _status(section)
+    if status:
+        return [*lines, status]
+    assert section is not None
+    names = {"serial": "serial", "process": "process pool", "dask": "Dask LocalCluster"}
+    rows = [
+        (
+            names[r["executor"]],
+            num(r["workers"]),
+            num(r["seconds"], 1),
+            ratio(r["speedup"]),
+            num(r["failed"]),
+            _others(r["other_cpu"]),
+        )
+        for r in section["rows"]
+    ]
+    same = "yes" if section["same_results"] else "**no**"
+    lines += [
+        f"One sweep on `{section['dataset']}`: {section['trials']} trials ("
+        f"{section['chunkings']} recursive chunkings × BM25 with two k1, dense and hybrid RRF "
+        f"over the `hashing` embedder), {section['queries']} queries, run by "
+        "`ragbench.experiment.runner.run` on each executor from a cold stage cache of its own "
+        "(wall time, cluster start-up included; workers are single-threaded processes).",
+        "",
+        table(
+            ["executor", "workers", "wall time (s)", "speed-up vs serial", "failed", "others' CPU"],
+            rows,
+        ),
+        "",
+        f"Same trials and metrics on every executor: {same}. The machine has 2 cores, so 2 "
+        "workers bound the speed-up at 2x; the parent process commits every trial itself.",
+    ]
+    return lines
+
+
+def _onnx(section: dict[str, Any] | None) -> list[str]:
+    lines = ["### ONNX backend: int8 MiniLM against torch, speed and SciFact quality", ""]
+    status = _status(section)
+    if status:
+        return [*lines, status]
+    assert section is not None
+    speed = section["speed"]
+    quality = {q["backend"]: q for q in section["quality"]}
+    torch_ndcg = quality.get("torch", {}).get("ndcg@10")
+    names = {"torch": "torch", "onnx-fp32": "onnx", "onnx-int8": "onnx-int8"}
+    rows = []
+    for r in speed["rows"]:
+        q = quality.get(names[r["backend"]], {})
+        loss = None if torch_ndcg is None or "ndcg@10" not in q else torch_ndcg - q["ndcg@10"]
+        rows.append(
+            (
+                r["backend"],
+                num(r["per_s"], 1),
+                ratio(r["speedup"]),
+                num(r["mean_cosine"], 4),
+                num(r["min_cosine"], 4),
+                num(q.get("ndcg@10")),
+                num(q.get("recall@100")),
+                signed(-loss if loss is not None else None),
+            )
+        )
+    int8 = next(r for r in speed["rows"] if r["backend"] == "onnx-int8")
+    q8 = quality.get("onnx-int8", {})
+    loss8 = None if torch_ndcg is None or "ndcg@10" not in q8 else torch_ndcg - q8["ndcg@10"]
+    lines += [
+        f"Speed: {speed['texts']} SciFact abstracts (title + text, mean {speed['mean_chars']:.0f} "
+        f"characters), model `{Path(speed['model']).name}`, max_seq_length "
+        f"{speed['max_seq_length']}; torch is `SentenceTransformer.encode` (batch "
+        f"{speed['batch_size']}), the ONNX rows ragbench's embedder with `backend: onnx` "
+        "(exported once and cached; batches of at most 1,024 padded tokens, texts sorted by "
+        f"length); all three alternate, fastest of {speed['repeat']} passes. Quality: "
+        f"`{section['run']}`, exact cosine over the whole corpus, {section['queries']} test "
+        "queries.",
+        "",
+        table(
+            [
+                "backend",
+                "texts/s",
+                "vs torch",
+                "cosine to torch (mean)",
+                "cosine (min)",
+                "nDCG@10",
+                "R@100",
+                "Δ nDCG@10 vs torch",
+            ],
+            rows,
+        ),
+        "",
+        f"Target: int8 ≥ 2x torch's texts/s {met(int8['speedup'], 2.0)} with at most 0.005 "
+        "nDCG@10 lost "
+        + (met(loss8, 0.005, lower_is_better=True) if loss8 is not None else "(not measured)")
+        + ". Why not sentence-transformers' `[onnx]` extra: it pulls optimum-onnx, which pins "
+        "transformers < 4.58 and would downgrade sentence-transformers; ragbench exports with "
+        "`torch.onnx.export` and needs only `onnxruntime` and `onnx` (`pip install "
+        "ragbench[onnx]`).",
+    ]
+    return lines
+
+
+def _latency(section: dict[str, Any] | None) -> list[str]:
+    lines = ["### Latency pass: the same sweep quiet and under CPU burners", ""]
+    status = _status(section)
+    if status:
+        return [*lines, status]
+    assert section is not None
+    rows = [
+        (
+            r["label"],
+            num(r["quiet_p50_ms"], 2),
+            num(r["busy_p50_ms"], 2),
+            f"{100 * r['difference']:+.1f}%",
+            f"{100 * r['quiet_contention']:.0f}%",
+            f"{100 * r['busy_contention']:.0f}%",
+            f"{100 * r['busy_interrupted']:.0f}%",
+        )
+        for r in section["rows"]
+    ]
+    lines += [
+        f"One dense sweep on the demo set (MiniLM, recursive 400, dense and hybrid, with and "
+        f"without a dense rerank), its latency pass run twice in one benchmark: as the machine "
+        f"is, then with {section['burners']} processes spinning on the CPU. Each pass: "
+        f"{section['queries']} queries one at a time after a warm-up, {section['repeats']} "
+        "repeats, the fastest uninterrupted repeat per query and stage (a repeat the scheduler "
+        "interrupted is run again), torch fixed to one thread.",
+        "",
+        table(
+            [
+                "trial",
+                "quiet p50 total (ms)",
+                "busy p50 total (ms)",
+                "difference",
+                "contention, quiet",
+                "contention, busy",
+                "repeats interrupted, busy",
+            ],
+            rows,
+        ),
+        "",
+        f"Worst difference {100 * section['worst']:.1f}%; target ≤ 25% "
+        f"{met(section['worst'], 0.25, lower_is_better=True)}. Contention: the share of the "
+        "machine's CPU time other processes used during the pass; the report flags trials "
+        "measured above 20%.",
+    ]
+    return lines
+
+
+def _agreement_rows(corpus: dict[str, Any]) -> list[tuple[str, ...]]:
+    rows = []
+    for method, found in corpus["methods"].items():
+        if "skipped" in found:
+            rows.append((method, "–", "–", "–", "–", "–", f"skipped: {found['skipped']}"))
+            continue
+        for a in found["agreement"]:
+            best_real = a["best"]["real"][0]
+            best_synth = a["best"]["synthetic"][0]
+            rows.append(
+                (
+                    method,
+                    a["metric"],
+                    f"{a['tau']:.3f} (p {a['tau_p']:.3g})",
+                    f"{a['rho']:.3f} (p {a['rho_p']:.3g})",
+                    "yes" if a["same_best"] else "no",
+                    num(a["top_overlap"]),
+                    f"real's best is #{best_real['rank_on_other']} on {method}; {method}'s best "
+                    f"is #{best_synth['rank_on_other']} on real",
+                )
+            )
+    return rows
+
+
+AGREEMENT_HEADERS = (
+    "set",
+    "metric",
+    "Kendall τ-b",
+    "Spearman ρ",
+    "same best",
+    "top-3 overlap",
+    "best",
+)
+
+
+def _one_line(label: str) -> str:
+    """A trial label on one line (chunker separators hold newlines)."""
+    return label.encode("unicode_escape").decode("ascii", "replace")
+
+
+def _agreement(section: dict[str, Any] | None) -> list[str]:
+    lines = ["### Agreement of generated labels with real ones", ""]
+    status = _status(section)
+    if status:
+        return [*lines, status]
+    assert section is not None
+    names = {"scifact": "SciFact (BEIR test queries)", "chunking": "Chunking evaluation (Chroma)"}
+    lines += [
+        "Does a set of generated queries rank configurations like real labels? Per corpus one "
+        "sweep runs on the real queries and on sets generated from the same corpus "
+        f"(`ragbench datasets generate --method ict|headings --n {section['n']} --seed 0`); "
+        "`ragbench.report.agreement` compares the trials' mean metric: Kendall τ-b and "
+        "Spearman ρ over the trials (p-values of the null of no association), whether both pick "
+        "the same best trial, and the overlap of their top 3.",
+        "",
+    ]
+    for key, corpus in section["corpora"].items():
+        real = corpus["real"]
+        lines += [
+            f"**{names.get(key, key)}**: `{corpus['config']}`, real: {real['queries']} queries "
+            + "; ".join(
+                f"{m}: {f['set']['queries']} queries"
+                for m, f in corpus["methods"].items()
+                if "set" in f
+            )
+            + ".",
+            "",
+            table(
+                AGREEMENT_HEADERS,
+                _agreement_rows(corpus),
+            ),
+            "",
+        ]
+        for method, found in corpus["methods"].items():
+            if "skipped" in found:
+                continue
+            change = ", ".join(
+                f"{kind} {v:+.1f}" for kind, v in sorted(found["change_by_retriever"].items())
+            )
+            swaps = "; ".join(
+                f"`{_one_line(w['label_ahead_on_real'])}` ahead on real, "
+                f"`{_one_line(w['label_ahead_on_synthetic'])}` ahead on {method}"
+                for w in found["swaps"][:2]
+            )
+            lines += [
+                f"- {method}: {found['swapped']} pairs of trials swap places "
+                f"(most moved: {swaps}). "
+                f"Mean rank change per retriever kind ({method} rank − real rank; positive: "
+                f"{method} ranks it lower): {change}.",
+            ]
+        lines += [""]
+    lines += [
+        "Reading: `ict` and `headings` queries are the documents' own words, so they favour "
+        "lexical retrieval; where τ is high they can choose chunkers and BM25 settings, but the "
+        "rank change per retriever kind shows how far they move dense and hybrid trials.",
+    ]
+    return lines
+
+
 Block = tuple[tuple[str, ...], Callable[[dict[str, Any]], list[str]]]
 # The sections each part of the file renders, in order: what ``update`` may replace.
 QUALITY: list[Block] = [
@@ -1085,12 +1405,17 @@ QUALITY: list[Block] = [
     (("prf",), lambda s: _prf(s.get("prf"))),
     (("window",), lambda s: _window(s.get("window"))),
     (("rerank",), lambda s: _rerank_proof(s.get("rerank"))),
+    (("agreement",), lambda s: _agreement(s.get("agreement"))),
 ]
 SPEED: list[Block] = [
     (("retrieval", "metrics", "embed"), _speed),
     (("engine",), lambda s: _engine(s.get("engine"))),
     (("rerank",), lambda s: _rerank_latency(s.get("rerank"))),
     (("scifact",), lambda s: _memory(s.get("scifact"))),
+    (("onnx",), lambda s: _onnx(s.get("onnx"))),
+    (("latency",), lambda s: _latency(s.get("latency"))),
+    (("scale",), lambda s: _scale(s.get("scale"))),
+    (("dask",), lambda s: _dask(s.get("dask"))),
 ]
 
 

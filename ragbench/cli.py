@@ -210,6 +210,22 @@ def _cmd_datasets_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_datasets_agreement(args: argparse.Namespace) -> int:
+    from ragbench.report.agreement import run_agreement
+
+    found = run_agreement(
+        args.config,
+        args.real,
+        args.synthetic,
+        metric=args.metric,
+        out=args.out,
+        limit_queries=args.limit_queries,
+        overwrite=args.overwrite,
+    )
+    sys.stdout.write(f"{found.to_markdown()}\n")
+    return 0
+
+
 # ---------------------------------------------------------------- run, cache
 
 
@@ -259,6 +275,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         workers=args.workers,
         scheduler=args.scheduler,
         limit_queries=args.limit_queries,
+        remeasure_latency=args.remeasure_latency,
     )
     trials = result.trials
     finished = int((trials["status"] == "ok").sum()) if not trials.empty else 0
@@ -339,6 +356,11 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("config", help="experiment YAML file")
     run.add_argument("--out", help="run directory (default: runs/<name>)")
     run.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    run.add_argument(
+        "--remeasure-latency",
+        action="store_true",
+        help="measure each trial's latency again (nothing else is recomputed)",
+    )
     run.add_argument("--overwrite", action="store_true", help="start an existing run again")
     run.add_argument("--executor", choices=["serial", "process", "dask"], default="serial")
     run.add_argument("--workers", type=int, default=2, help="processes for process/dask")
@@ -672,6 +694,7 @@ def _add_datasets(sub: argparse._SubParsersAction) -> None:
     )
     ragas.set_defaults(func=_cmd_datasets_import_ragas)
     _add_generate(commands)
+    _add_agreement(commands)
 
 
 def _add_generate(commands: argparse._SubParsersAction) -> None:
@@ -757,6 +780,30 @@ written, those dropped (and why) and the LLM requests made and cached.""",
         help="K of the N questions over passages of two documents (default: 0)",
     )
     generate.set_defaults(func=_cmd_datasets_generate)
+
+
+def _add_agreement(commands: argparse._SubParsersAction) -> None:
+    agreement = commands.add_parser(
+        "agreement",
+        help="do two labeled sets (real, generated) rank a sweep's trials alike?",
+        description="Run the sweep of --config on REAL and on SYNTH (its dataset replaced by "
+        "each; no honest selection) into --out/real and --out/synthetic, resuming runs that "
+        "exist, and print how alike the two sets rank the trials by their mean --metric: "
+        "Kendall tau-b and Spearman rho, top-1 agreement (each set's best and its rank on the "
+        "other), top-3 overlap and the trials that swap places.",
+    )
+    agreement.add_argument("real", help="the labeled set with real labels (path or name)")
+    agreement.add_argument("synthetic", help="the generated set (`ragbench datasets generate`)")
+    agreement.add_argument("--config", required=True, help="the sweep (an experiment YAML file)")
+    agreement.add_argument("--metric", help="metric to rank by (default: the config's first)")
+    agreement.add_argument(
+        "--out", help="parent of the two run directories (default: runs/agreement-<name>)"
+    )
+    agreement.add_argument("--limit-queries", type=int, help="only the first N queries of each")
+    agreement.add_argument(
+        "--overwrite", action="store_true", help="run both sweeps again instead of resuming"
+    )
+    agreement.set_defaults(func=_cmd_datasets_agreement)
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:

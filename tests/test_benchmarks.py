@@ -204,3 +204,52 @@ def test_bench_quality_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert bench_quality.main(argv) == 0
     out = capsys.readouterr().out
     assert '"dense-hnsw"' in out and '"hnsw_ndcg_loss"' in out
+
+
+def test_bench_scale_corpus_is_seeded_and_a_prefix_of_larger_ones() -> None:
+    from benchmarks import bench_scale
+    from ragbench.text.tokenize import ENGLISH_STOPWORDS
+
+    def passages(seed: int, n: int) -> list[tuple[str, str]]:
+        batches = bench_scale.Corpus(seed, batch=10).batches(n)
+        return [pair for ids, texts in batches for pair in zip(ids, texts, strict=True)]
+
+    n = 23  # three batches
+    large = passages(3, n)
+    assert passages(3, 7) == large[:7]
+    assert [i for i, _ in large] == [bench_scale.chunk_id(i) for i in range(n)]
+    assert passages(4, 7) != large[:7]
+    low, high = bench_scale.PASSAGE_WORDS
+    assert all(low <= len(t.split()) <= high for _, t in large)
+    corpus = bench_scale.Corpus(3)
+    words = bench_scale.vocabulary()
+    assert len(words) == len(set(words)) == bench_scale.VOCABULARY
+    assert set(words[: len(ENGLISH_STOPWORDS)]) == ENGLISH_STOPWORDS
+    assert len(words[100]) < len(words[-1])  # frequent words are shorter
+    queries = corpus.queries(5)
+    assert queries == bench_scale.Corpus(3).queries(5)
+    low, high = bench_scale.QUERY_WORDS
+    assert all(low <= len(q.split()) <= high for q in queries)
+
+
+def test_bench_scale_exponent_is_the_log_log_slope() -> None:
+    from benchmarks.bench_scale import exponent
+
+    sizes = [1e4, 1e5, 1e6]
+    assert exponent(sizes, [3 * n**1.5 for n in sizes]) == pytest.approx(1.5)
+    assert exponent(sizes, [2.0, 2.0, 2.0]) == pytest.approx(0.0)
+    assert exponent(sizes[:1], [1.0]) is None
+
+
+def test_bench_scale_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import bench_scale
+
+    plot = tmp_path / "scale.png"
+    argv = ["--sizes", "300", "600", "--queries", "5", "--work", str(tmp_path / "work")]
+    assert bench_scale.main([*argv, "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    rows = re.findall(r"^(exact|hnsw|bm25)\s+(300|600)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)$", out, re.M)
+    assert len(rows) == 6 and all(_is_number(c) for r in rows for c in r[2:]), out
+    assert out.count("growth exponents") == 3
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == [bench_scale.QUERY_VECTORS]

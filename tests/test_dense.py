@@ -270,3 +270,25 @@ def test_hnsw_builds_are_reproducible() -> None:
         store.add(ids, vectors)
         found.add(str(store.search(queries, 10).ids.tolist()))
     assert len(found) == 1
+
+
+def test_hnsw_threads_leave_existing_keys_unchanged() -> None:
+    assert HnswConfig().key() == "6d8fe53e950c63ec"  # the key from before the option existed
+    assert HnswConfig(threads=1).model_dump() == HnswConfig().model_dump()
+    assert "threads" not in HnswConfig().model_dump()
+    two = HnswConfig(threads=2)
+    assert two.key() != HnswConfig().key() and two.model_dump()["threads"] == 2
+    assert two.label() == "hnsw(threads=2)"
+    with pytest.raises(ValueError, match="threads"):
+        HnswConfig(threads=0)
+
+
+def test_hnsw_built_with_two_threads_finds_the_neighbours(tmp_path: Path) -> None:
+    vectors, queries = embedding_like(3000, 32), embedding_like(100, 32, seed=1)
+    store = HnswStore(HnswConfig(threads=2))
+    store.add(ids_for(3000), vectors)
+    assert store.recall_against_exact(queries, 10) >= 0.99
+    store.save(tmp_path)
+    loaded = HnswStore.load(tmp_path)
+    assert loaded.config.threads == 2
+    assert (loaded.search(queries, 10).ids == store.search(queries, 10).ids).all()

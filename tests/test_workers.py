@@ -1,5 +1,5 @@
 """Executors: process-pool workers exit with their parent; an unreachable Dask scheduler is a
-one-line error naming --scheduler."""
+one-line error naming --scheduler, and so is a Dask worker that does not see the stage cache."""
 
 import os
 import signal
@@ -14,6 +14,10 @@ import pytest
 import yaml
 
 from ragbench.cli import main
+from ragbench.errors import ConfigError
+from ragbench.experiment.config import Trial, expand, load_config
+from ragbench.experiment.executors import execute
+from ragbench.experiment.trial import RunSpec
 from tests.paths import DEMO, require
 
 PLUGIN = textwrap.dedent(
@@ -161,3 +165,52 @@ def test_without_prctl_the_watchdog_ends_an_orphaned_worker() -> None:
     finally:
         if not _gone(child):
             os.kill(child, signal.SIGKILL)
+
+
+def _bm25_spec(tmp_path: Path) -> tuple[RunSpec, list[Trial]]:
+    """A one-trial BM25 sweep on three demo queries whose cache root each process resolves
+    from its own ``RAGBENCH_CACHE`` (an empty ``cache_root``)."""
+    config = load_config(
+        {
+            "name": "shared-cache",
+            "dataset": {"path": str(require(DEMO))},
+            "evaluation": {"metrics": ["ndcg@10"], "depth": 10},
+            "sweep": {"retriever": [{"kind": "bm25"}]},
+        }
+    )
+    return RunSpec(config, limit_queries=3, cache_root=""), expand(config)
+
+
+def test_dask_workers_that_see_the_stage_cache_run_the_trials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    spec, trials = _bm25_spec(tmp_path)
+    (result,) = execute(spec, trials, "dask", workers=1)
+    assert result.status == "ok", result.error
+    assert [p.name for p in (tmp_path / "cache").iterdir() if p.name.startswith(".")] == []
+    assert any((tmp_path / "cache").iterdir())  # the worker built its stages there
+
+
+def test_a_dask_worker_with_another_stage_cache_stops_the_run_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    elsewhere = {"RAGBENCH_CACHE": str(tmp_path / "elsewhere")}
+    workers = {
+        "same": {"cls": Nanny, "options": {"nthreads": 1}},
+        "other": {"cls": Nanny, "options": {"nthreads": 1, "env": elsewhere}},
+    }
+    scheduler = {"cls": Scheduler, "options": {"dashboard_address": None}}
+    spec, trials = _bm25_spec(tmp_path)
+    with (
+        SpecCluster(workers=workers, scheduler=scheduler) as cluster,
+        pytest.raises(ConfigError) as raised,
+    ):
+        execute(spec, trials, "dask", scheduler=cluster.scheduler_address)
+    message = str(raised.value)
+    assert message.startswith("RAGBENCH_CACHE: 1 of 2 Dask workers do not see the stage cache")
+    assert str(tmp_path / "elsewhere") in message and "\n" not in message
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == []  # no trial ran

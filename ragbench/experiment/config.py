@@ -53,6 +53,7 @@ __all__ = [
     "DatasetSpec",
     "EvaluationSpec",
     "ExperimentConfig",
+    "LatencySpec",
     "SearchSpec",
     "Trial",
     "expand",
@@ -130,6 +131,16 @@ class EvaluationSpec(_Strict):
             raise ValueError(str(exc)) from None
 
 
+class LatencySpec(_Strict):
+    """The latency pass: ``queries`` sampled queries (0: no pass; seeded by ``seed``), each
+    timed alone ``repeats`` times (the fastest counts), torch fixed at ``threads`` threads."""
+
+    queries: int = Field(50, ge=0)
+    repeats: int = Field(3, gt=0)
+    threads: int | None = Field(1, gt=0)
+    seed: int = 0
+
+
 class SearchSpec(_Strict):
     """Which trials of the grid run: all (``grid``), ``n`` at random, or ``n`` chosen by TPE."""
 
@@ -148,6 +159,7 @@ class ExperimentConfig(_Strict):
     baseline: str | None = None
     sweep: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
     search: SearchSpec = SearchSpec()
+    latency: LatencySpec = LatencySpec()
     prices: dict[str, Price] = Field(default_factory=dict)
     """US dollars per million input and output tokens, by model name (cost columns)."""
     base_dir: Path = Path(".")

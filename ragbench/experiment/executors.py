@@ -3,7 +3,9 @@
 Each yields ``TrialResult``s as trials finish; the caller (the parent process) commits them.
 Trials arrive in prefix-sharing order (grouped by chunker and embedder), and the stage cache
 is on disk with a lock per artifact, so whichever worker reaches a shared artifact first
-builds it and the others reuse it. With Dask the cache root must be a path every worker sees.
+builds it and the others reuse it. With Dask the cache root must be a path every worker sees:
+before any trial runs, the parent writes a marker file into it and every connected worker must
+read that marker where it will look for the cache, or the run stops with a ``ConfigError``.
 
 Process-pool workers end with their parent: a killed sweep leaves no worker running.
 """
@@ -19,14 +21,17 @@ import socket
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
 from typing import Any
 
 from ragbench.errors import ConfigError
 from ragbench.experiment.config import Trial
 from ragbench.experiment.store import TrialResult
 from ragbench.experiment.trial import RunSpec, run_trial
+from ragbench.index.cache import default_cache_root
 
 __all__ = ["execute"]
 
@@ -103,20 +108,74 @@ def _dask(
         raise ConfigError(
             "executor dask needs the 'dask' extra: pip install ragbench[dask]"
         ) from exc
+    cluster = None
     if scheduler is None:
         cluster = LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
         )
-        return _dask_results(Client(cluster), cluster, spec, trials)
+        client = Client(cluster)
+    else:
+        try:
+            _knock(scheduler)
+            client = Client(scheduler, timeout=_CONNECT_SECONDS)
+        except (OSError, TimeoutError, ValueError) as exc:
+            reason = str(exc) or type(exc).__name__
+            raise ConfigError(
+                f"--scheduler {scheduler}: cannot reach the Dask scheduler ({reason})"
+            ) from None
     try:
-        _knock(scheduler)
-        client = Client(scheduler, timeout=_CONNECT_SECONDS)
-    except (OSError, TimeoutError, ValueError) as exc:
-        reason = str(exc) or type(exc).__name__
+        _check_shared_cache(client, spec.cache_root)
+    except BaseException:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+        raise
+    return _dask_results(client, cluster, spec, trials)
+
+
+def _cache_root(cache_root: str) -> Path:
+    """The stage cache root a process uses for a spec's ``cache_root`` (as ``trial.Context``
+    resolves it: the spec's path, else this process's ``RAGBENCH_CACHE`` or its default)."""
+    return Path(cache_root or default_cache_root())
+
+
+def _check_shared_cache(client: Any, cache_root: str) -> None:
+    """Raise ``ConfigError`` naming ``RAGBENCH_CACHE`` unless every worker connected to
+    ``client`` reads a marker this process writes into the cache root, where it will look."""
+    root = _cache_root(cache_root)
+    token = uuid.uuid4().hex
+    marker = root / f".shared-check-{token}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        marker.write_text(token, encoding="utf-8")
+    except OSError as exc:
         raise ConfigError(
-            f"--scheduler {scheduler}: cannot reach the Dask scheduler ({reason})"
+            f"RAGBENCH_CACHE: cannot write to the stage cache {root} ({exc})"
         ) from None
-    return _dask_results(client, None, spec, trials)
+    try:
+        seen: dict[str, tuple[str, bool]] = client.run(_sees_marker, cache_root, marker.name, token)
+    finally:
+        marker.unlink(missing_ok=True)
+    if not seen:
+        log.warning("no Dask worker is connected yet: nobody checked the stage cache %s", root)
+    blind = sorted((address, where) for address, (where, ok) in seen.items() if not ok)
+    if blind:
+        address, where = blind[0]
+        raise ConfigError(
+            f"RAGBENCH_CACHE: {len(blind)} of {len(seen)} Dask workers do not see the stage "
+            f"cache {os.path.abspath(root)} (worker {address} looks in {where}); put it on "
+            "storage every worker mounts at the same path"
+        )
+
+
+def _sees_marker(cache_root: str, name: str, token: str) -> tuple[str, bool]:
+    """On a worker: the cache root it would use, and whether it reads the marker there."""
+    root = _cache_root(cache_root)
+    try:
+        found = (root / name).read_text(encoding="utf-8") == token
+    except OSError:
+        found = False
+    return os.path.abspath(root), found
 
 
 def _knock(address: str) -> None:

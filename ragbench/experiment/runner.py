@@ -18,6 +18,7 @@ import platform
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -190,13 +191,16 @@ def run(
     cache_root: str | Path | None = None,
     progress: bool = True,
     on_trial: Callable[[TrialResult], None] | None = None,
+    remeasure_latency: bool = False,
 ) -> RunResult:
     """Run a sweep into a run directory (default ``runs/<name>``) and return its result.
 
     An existing run directory needs ``resume`` (keep finished trials, run the rest) or
     ``overwrite`` (start again); the stage cache makes either cheap. A resume first checks the
     finished trials against the run directory and runs again those that lost a file. One run
-    at a time writes a run directory: another one fails at once.
+    at a time writes a run directory: another one fails at once. Latency is measured once per
+    trial and machine and cached; ``remeasure_latency`` measures it again (nothing else is
+    recomputed).
     """
     if resume and overwrite:
         raise ConfigError(
@@ -207,7 +211,9 @@ def run(
     cfg = config if isinstance(config, ExperimentConfig) else load_config(config)
     store = RunStore(Path(out) if out is not None else Path("runs") / cfg.name)
     with store.hold():
-        spec = RunSpec(cfg, limit_queries, str(cache_root or default_cache_root()))
+        root = str(cache_root or default_cache_root())
+        token = uuid.uuid4().hex if remeasure_latency else None
+        spec = RunSpec(cfg, limit_queries, root, remeasure=token)
         ctx = context(spec)
         trials = expand(cfg)
         check_models((t.configs for t in trials), cfg.sweep)

@@ -74,6 +74,7 @@ class TrialResult:
     llm_requests: int = 0
     counters: dict[str, np.ndarray] = field(default_factory=dict)
     traces: dict[str, list[Any]] = field(default_factory=dict)
+    latency_info: dict[str, Any] = field(default_factory=dict)
 
     def row(self, query_ids: Sequence[str]) -> dict[str, Any]:
         """The trials.parquet row: params, mean metrics, latency p50/p95 (ms/query), costs."""
@@ -90,12 +91,18 @@ class TrialResult:
             scored = np.asarray(values, dtype=np.float64)
             scored = scored[~np.isnan(scored)]
             row[metric] = float(scored.mean()) if len(scored) else float("nan")
-        total = np.zeros(len(query_ids))
+        sampled = len(next(iter(self.latency.values()))) if self.latency else 0
+        total = np.zeros(sampled)
         for stage, seconds in self.latency.items():
-            total = total + seconds if len(seconds) == len(total) else total
+            total = total + seconds
             row[f"latency.{stage}.p50_ms"], row[f"latency.{stage}.p95_ms"] = percentiles_ms(seconds)
         if self.latency:
             row["latency.total.p50_ms"], row["latency.total.p95_ms"] = percentiles_ms(total)
+        info = dict(self.latency_info)
+        if "cpu_ms" in info:
+            cpu = np.asarray(info.pop("cpu_ms"))
+            row["latency.cpu.p50_ms"], row["latency.cpu.p95_ms"] = percentiles_ms(cpu / 1000.0)
+        row |= {f"latency.{name}": value for name, value in info.items()}
         cost = np.zeros(len(query_ids))
         for stage, spent in self.usage.items():
             row[f"tokens.{stage}.prompt"] = float(np.mean(spent["prompt_tokens"]))

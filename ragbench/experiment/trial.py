@@ -31,6 +31,7 @@ from ragbench.evaluate.answers import AnswerSample, evaluate_answers, needs
 from ragbench.evaluate.labels import evaluate_chunks
 from ragbench.evaluate.metrics import parse_metrics, relevant_query_ids
 from ragbench.experiment.config import ExperimentConfig, Trial
+from ragbench.experiment.latency import FORMAT, LatencyReport, machine, measure
 from ragbench.experiment.store import TrialResult
 from ragbench.index.cache import StageCache, default_cache_root
 from ragbench.llm.cache import LLMCache
@@ -58,6 +59,9 @@ class RunSpec:
     limit_queries: int | None = None
     cache_root: str = ""
     split: str | None = None
+    remeasure: str | None = None
+    """A token of the run that measures latency again instead of reading the cached
+    measurements (each trial once per token)."""
 
     @property
     def digest(self) -> str:
@@ -131,6 +135,10 @@ class Context:
             embeddings=self.cache.embeddings,
             llm_cache=LLMCache(root),
         )
+        order = np.random.default_rng(config.latency.seed).permutation(len(queries))
+        sample = sorted(order[: config.latency.queries])
+        self.latency_sample = [(queries[i].id, queries[i].text) for i in sample]
+        self.remeasured: set[tuple[str, str]] = set()
         self.skipped = _skipped(config.evaluation.metrics, self.labeled)
         self.metrics = [m for m in config.evaluation.metrics if m not in self.skipped]
         answer = {m.name for m in parse_metrics(self.metrics) if m.level == "answer"}
@@ -210,7 +218,6 @@ def run_trial(spec: RunSpec, trial: Trial) -> TrialResult:
         requests = sum(c.usage.requests for c in ctx.env.clients())
         execution = Execution(ctx.plan(trial), ctx.env, ctx.cache)
         ranking = execution.output
-        result.latency = execution.latency()
         result.index_build_s = execution.build_seconds()
         chunks = execution[execution.plan.chunks]
         _evaluate(ctx, ranking, chunks.table, result)
@@ -220,6 +227,19 @@ def run_trial(spec: RunSpec, trial: Trial) -> TrialResult:
         result.counters = execution.counters()
         result.traces = execution.traces()
         result.llm_requests = sum(c.usage.requests for c in ctx.env.clients()) - requests
+        report = _latency(ctx, execution, spec.remeasure)
+        if report is not None:
+            result.latency = {s: np.asarray(v) for s, v in report.stages.items()}
+            result.latency_info = {
+                "cpu_ms": np.asarray(report.cpu) * 1000.0,
+                "queries": len(report.query_ids),
+                "repeats": report.repeats,
+                "threads": report.threads,
+                "contention": report.contention,
+                "interrupted": report.interrupted,
+                "measured_at": report.measured_at,
+                "machine": report.machine,
+            }
         result.cache_hits = ctx.cache.hits - hits
         result.cache_misses = ctx.cache.misses - misses
     except Exception as exc:  # a failing trial is recorded, the sweep goes on
@@ -229,6 +249,39 @@ def run_trial(spec: RunSpec, trial: Trial) -> TrialResult:
     result.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _latency(ctx: Context, execution: Execution, remeasure: str | None) -> LatencyReport | None:
+    """The trial's latency pass (``ragbench.experiment.latency``), cached by the stages it
+    times, the query sample, the settings and the machine; measured again when the run asks."""
+    settings = ctx.spec.config.latency
+    if settings.queries == 0 or not ctx.latency_sample:
+        return None
+    plan = execution.plan
+    ids = [qid for qid, _ in ctx.latency_sample]
+    outputs = [plan.stages[plan.output].key]
+    if plan.answers is not None:
+        outputs.append(plan.stages[plan.answers].key)
+    settings_key = (FORMAT, settings.repeats, settings.threads or 0, machine())
+    key = stage_key("latency", *outputs, *ids, *settings_key)
+    if remeasure is not None and (remeasure, key) not in ctx.remeasured:
+        ctx.cache.forget("latency", key)
+        ctx.remeasured.add((remeasure, key))
+
+    def compute() -> LatencyReport:
+        provided = {s.name: execution[s.name] for s in plan.index_stages()}
+        texts = [text for _, text in ctx.latency_sample]
+        return measure(plan, ctx.env, provided, ids, texts, settings.repeats, settings.threads)
+
+    return ctx.cache.get("latency", key, compute, _save_latency, _load_latency)
+
+
+def _save_latency(report: LatencyReport, path: Path) -> None:
+    (path / "latency.json").write_text(json.dumps(report.as_dict()), "utf-8")
+
+
+def _load_latency(path: Path) -> LatencyReport:
+    return LatencyReport.from_dict(json.loads((path / "latency.json").read_text("utf-8")))
 
 
 def _evaluate(ctx: Context, ranking: Ranking, table: ChunkTable, result: TrialResult) -> None:

@@ -297,6 +297,12 @@ class ArtifactCache:
                     shutil.rmtree(tmp, ignore_errors=True)
         return final, False
 
+    def remove(self, stage: str, key: str) -> None:
+        """Delete an artifact (under its lock; a missing one is fine)."""
+        final = self.path(stage, key)
+        with _file_lock(self._lock(final)):
+            _remove(final)
+
     @staticmethod
     def _lock(final: Path) -> Path:
         return final.with_name(final.name + ".lock")
@@ -419,6 +425,11 @@ class StageCache:
             value, self.build_seconds[f"{stage}:{key}"] = fresh[0]
         self._memo[(stage, key)] = value
         return value
+
+    def forget(self, stage: str, key: str) -> None:
+        """Drop an artifact from memory and disk (it is built again when next asked for)."""
+        self._memo.pop((stage, key), None)
+        self.artifacts.remove(stage, key)
 
     def recorded_seconds(self, stage: str, key: str) -> float:
         """Build time recorded with an artifact (0 when it does not exist)."""

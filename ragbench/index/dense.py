@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import hnswlib
 import numpy as np
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from ragbench.errors import DataError
 from ragbench.index.filters import matches
@@ -45,7 +45,13 @@ class ExactConfig(ComponentConfig):
 
 class HnswConfig(ComponentConfig):
     """Approximate search over an hnswlib graph; M, ef_construction and ef_search trade recall
-    for speed and memory."""
+    for speed and memory.
+
+    ``threads`` inserts vectors with that many threads: faster, but the graph then depends on
+    thread scheduling, so two builds may differ. The default, 1, keeps every build of the same
+    vectors identical; it is left out of the config's serialised form (hence of cache keys and
+    trial ids), which are those of a config from before the option existed.
+    """
 
     kind: Literal["hnsw"] = "hnsw"
     space: Literal["cosine", "ip", "l2"] = "cosine"
@@ -53,6 +59,14 @@ class HnswConfig(ComponentConfig):
     ef_construction: int = Field(200, ge=1)
     ef_search: int = Field(100, ge=1)
     seed: int = Field(100, ge=0)
+    threads: int = Field(1, ge=1)
+
+    @model_serializer(mode="wrap")
+    def _omit_default_threads(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.threads == 1:
+            data.pop("threads", None)
+        return data
 
 
 # --------------------------------------------------------------------------- shared helpers
@@ -300,7 +314,8 @@ class HnswStore:
     once. Capacity grows by doubling (``resize_index``). Filters matching at most 4096 items,
     and searches where the graph cannot deliver k results (hnswlib raises), are answered exactly
     from the stored vectors, so k results come back whenever at least k items match. Vectors
-    are inserted by one thread with the config's seed, so a build is reproducible.
+    are inserted with the config's seed by one thread, so a build is reproducible, unless
+    ``threads`` > 1 (faster builds whose graph, hence results, may differ from build to build).
     """
 
     def __init__(self, config: HnswConfig | None = None) -> None:
@@ -334,8 +349,9 @@ class HnswStore:
         labels = [self._assign_label(ids[i]) for i in keep]
         for i, label in zip(keep, labels, strict=True):
             self._meta[label] = dict(metadata[i]) if metadata is not None else {}
-        if labels:  # one thread: the graph, hence every result, is the same on every build
-            index.add_items(matrix[keep], np.asarray(labels, dtype=np.int64), num_threads=1)
+        if labels:  # with one thread, every build of the same vectors is the same graph
+            found = np.asarray(labels, dtype=np.int64)
+            index.add_items(matrix[keep], found, num_threads=self.config.threads)
 
     def _reserve(self, dim: int, labels: int) -> hnswlib.Index:
         """The hnswlib index (created on first use) with room for ``labels`` labels."""

@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
 import yaml
 
 from ragbench.evaluate.metrics import best_index, higher_is_better
+from ragbench.experiment.latency import CONTENTION
 from ragbench.report.tables import markdown_table, md_code, md_fence, md_text
 
 if TYPE_CHECKING:
@@ -78,6 +80,33 @@ def _notes(report: Report) -> list[str]:
                 f"- Cost per query is unknown for {unknown} trial(s): the config's `prices` "
                 "has no price for their model; the quality-vs-cost plot uses tokens per query."
             )
+    return lines + _latency_notes(report.trials)
+
+
+def _latency_notes(trials: pd.DataFrame) -> list[str]:
+    """How latency was measured, and which trials were measured on a busy machine."""
+    if "latency.queries" not in trials.columns or trials["latency.queries"].isna().all():
+        return []
+    first = trials.dropna(subset=["latency.queries"]).iloc[0]
+    when = sorted({str(v)[:10] for v in trials["latency.measured_at"].dropna()})
+    machines = sorted({str(v) for v in trials["latency.machine"].dropna()})
+    threads = first.get("latency.threads")
+    lines = [
+        f"- Latency: {int(first['latency.queries'])} sampled queries, each alone, the fastest "
+        f"of {int(first['latency.repeats'])} repeats"
+        + (f", torch at {int(threads)} thread(s)" if threads == threads and threads else "")
+        + f"; measured {', '.join(when)} on {md_text('; '.join(machines))} "
+        "(cached: `ragbench run --remeasure-latency` measures again)."
+    ]
+    share = trials["latency.contention"].astype(float)
+    busy = trials[share > CONTENTION]
+    if not busy.empty:
+        lines.append(
+            f"- **Latency of {len(busy)} trial(s) was measured under contention**: other "
+            f"processes used up to {share.max():.0%} of the CPU meanwhile "
+            f"({md_text(', '.join(busy['label'].head(3)))}{', ...' if len(busy) > 3 else ''}); "
+            "their latency may read high. Measure again on a quiet machine."
+        )
     return lines
 
 

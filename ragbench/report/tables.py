@@ -58,8 +58,12 @@ def md_fence(text: str, info: str = "") -> str:
 
 def latency_stages(trials: pd.DataFrame) -> list[str]:
     """Stage names that have latency columns, in the order the trials recorded them (the
-    plans' stage order), total last."""
-    found = [c.split(".")[1] for c in trials.columns if c.startswith("latency.")]
+    plans' stage order), total last (CPU time and the measurement's settings are no stage)."""
+    found = [
+        c.split(".")[1]
+        for c in trials.columns
+        if c.startswith("latency.") and c.endswith(".p50_ms") and c != "latency.cpu.p50_ms"
+    ]
     ordered = [s for s in dict.fromkeys(found) if s != "total"]
     return ordered + (["total"] if "total" in found else [])
 

@@ -1,0 +1,379 @@
+"""Do two labeled sets rank a sweep's trials alike? Real labels against generated ones
+(``ragbench datasets agreement REAL SYNTH --config SWEEP.yaml``).
+
+``run_agreement`` runs one sweep twice — its config with the dataset replaced by each set
+(``agreement_config``) — into ``<out>/real`` and ``<out>/synthetic`` (resumed when they exist),
+and ``agreement`` reads two such run directories. Over the trials finished in both, with each
+trial's mean ``metric`` per set:
+
+- **Kendall τ-b** and **Spearman ρ** between the two sets' values (``scipy.stats.kendalltau``,
+  which corrects for ties, and ``spearmanr``), with their two-sided p-values;
+- **pairs**: concordant (both sets order the two trials alike), discordant (they swap places)
+  and tied (on either set);
+- **top-1**: each set's best trial (all trials tied for first) and where it ranks on the other
+  set; **top-3 overlap**: the trials ranked 1–3 on both sets;
+- **swaps**: the discordant pairs, those whose trials moved most (the sum of both trials'
+  absolute rank changes) first.
+
+Ranks are 1 for the best value (by the metric's direction), tied values sharing the better
+rank (1, 2, 2, 4). A generated set that agrees (τ near 1, the same best trial) can stand in for
+real labels when choosing among these configurations; ``ict`` and ``headings`` sets are
+biased toward lexical matching, so watch where BM25 and dense trials swap.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from scipy import stats
+
+from ragbench.data.catalog import dataset_format, resolve_dataset
+from ragbench.errors import ConfigError, DataError
+from ragbench.evaluate.metrics import parse_metric
+from ragbench.experiment.config import ExperimentConfig, load_config
+from ragbench.experiment.runner import run
+from ragbench.experiment.store import RunStore
+from ragbench.report.tables import markdown_table, md_text
+
+__all__ = ["Agreement", "agreement", "agreement_config", "compare_rankings", "run_agreement"]
+
+SETS = ("real", "synthetic")
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How alike two labeled sets rank the same trials on ``metric``.
+
+    ``trials``: one row per trial compared (index ``trial_id``), best on the real set first:
+    ``label``, ``real`` and ``synthetic`` (mean metric), ``real_rank``, ``synthetic_rank`` and
+    ``change`` (synthetic rank − real rank: positive when the synthetic set ranks it lower).
+    ``swaps``: the discordant pairs, largest rank changes first: ``ahead_on_real`` and
+    ``ahead_on_synthetic`` (trial ids), their labels, ranks on both sets and ``moved`` (the sum
+    of both trials' absolute rank changes)."""
+
+    metric: str
+    trials: pd.DataFrame
+    tau: float
+    tau_p: float
+    rho: float
+    rho_p: float
+    concordant: int
+    discordant: int
+    tied: int
+    swaps: pd.DataFrame
+    left_out: tuple[str, ...] = ()
+    runs: tuple[Path, Path] | None = None
+    queries: tuple[int, int] | None = None
+    top: int = 3
+
+    def best(self, labels: str) -> list[str]:
+        """The trials ranked first on ``labels`` (``real`` or ``synthetic``): one, or all
+        those tied for first."""
+        ranks = self.trials[f"{labels}_rank"]
+        return list(ranks[ranks == 1].index)
+
+    @property
+    def same_best(self) -> bool:
+        """Whether a trial is ranked first on both sets."""
+        return bool(set(self.best("real")) & set(self.best("synthetic")))
+
+    def top_trials(self, labels: str) -> list[str]:
+        """The trials ranked ``top`` or better on ``labels`` (more than ``top`` with ties)."""
+        ranks = self.trials[f"{labels}_rank"]
+        return list(ranks[ranks <= self.top].sort_values(kind="stable").index)
+
+    @property
+    def top_overlap(self) -> int:
+        """How many trials are among the ``top`` of both sets."""
+        return len(set(self.top_trials("real")) & set(self.top_trials("synthetic")))
+
+    def to_markdown(self, swaps: int = 10) -> str:
+        """The figures as Markdown: a summary, the trials by rank and the first ``swaps``
+        swapped pairs."""
+        trials = self.trials
+        label = trials["label"]
+        rows: list[tuple[str, str]] = [
+            ("metric", self.metric),
+            ("trials compared", f"{len(trials)}" + self._left_out()),
+        ]
+        if self.queries is not None:
+            rows.append(("queries", f"real {self.queries[0]:,}, synthetic {self.queries[1]:,}"))
+        rows += [
+            ("Kendall τ-b", _coefficient(self.tau, self.tau_p, trials)),
+            ("Spearman ρ", _coefficient(self.rho, self.rho_p, trials)),
+            (
+                "pairs of trials",
+                f"{self.concordant} concordant, {self.discordant} swapped, {self.tied} tied "
+                "on either set",
+            ),
+            ("same best trial", "yes" if self.same_best else "no"),
+        ]
+        for here, there in (SETS, SETS[::-1]):
+            ranks = trials[f"{there}_rank"]
+            placed = (f"{label[t]!s} (#{ranks[t]} on {there})" for t in self.best(here))
+            rows.append((f"best on {here}", ", ".join(placed)))
+        overlap = f"{self.top_overlap} of {min(self.top, len(trials))}"
+        rows.append((f"top-{self.top} overlap", overlap))
+        summary = pd.DataFrame(rows, columns=["figure", "value"])
+        table = trials.assign(change=trials["change"].map(lambda c: f"{int(c):+d}" if c else "0"))
+        table = table.reset_index()[
+            ["real_rank", "synthetic_rank", "change", "label", "real", "synthetic", "trial_id"]
+        ]
+        table.columns = [
+            "rank real",
+            "rank synthetic",
+            "change",
+            "trial",
+            f"{self.metric} real",
+            f"{self.metric} synthetic",
+            "trial id",
+        ]
+        parts = [markdown_table(summary, index=False), "", markdown_table(table, index=False)]
+        if self.runs is not None:
+            parts[:0] = [f"Run directories: real {self.runs[0]}, synthetic {self.runs[1]}.", ""]
+        if len(self.swaps):
+            shown = self.swaps.head(swaps)
+            more = f" (the first {len(shown)} of {len(self.swaps)})"
+            more = more if len(shown) < len(self.swaps) else ""
+            pairs = pd.DataFrame(
+                {
+                    "ahead on real": shown["label_ahead_on_real"],
+                    "ahead on synthetic": shown["label_ahead_on_synthetic"],
+                    "ranks real": [
+                        f"{a} / {b}"
+                        for a, b in zip(shown["real_rank_a"], shown["real_rank_b"], strict=True)
+                    ],
+                    "ranks synthetic": [
+                        f"{a} / {b}"
+                        for a, b in zip(
+                            shown["synthetic_rank_a"], shown["synthetic_rank_b"], strict=True
+                        )
+                    ],
+                    "moved": shown["moved"],
+                }
+            )
+            parts += [
+                "",
+                f"Trials that swap places{more}, largest rank changes first (ranks: the trial "
+                "ahead on real / the trial ahead on synthetic):",
+                "",
+                markdown_table(pairs, index=False),
+            ]
+        return "\n".join(parts)
+
+    def _repr_markdown_(self) -> str:
+        return self.to_markdown()
+
+    def _left_out(self) -> str:
+        if not self.left_out:
+            return ""
+        return f" (left out, not finished on both sets: {', '.join(map(md_text, self.left_out))})"
+
+
+def _coefficient(value: float, p: float, trials: pd.DataFrame) -> str:
+    """A correlation and its p-value, or why it is undefined."""
+    if value == value:
+        return f"{value:.3f} (p = {p:.2g})"
+    constant = [s for s in SETS if trials[s].nunique() == 1]
+    return f"undefined: every trial ties on the {' and the '.join(constant)} set"
+
+
+def compare_rankings(
+    real: pd.Series,
+    synthetic: pd.Series,
+    metric: str,
+    labels: pd.Series | None = None,
+    top: int = 3,
+) -> Agreement:
+    """The agreement of two sets' values of ``metric`` per trial (Series indexed by trial id,
+    the same trials); ``labels`` names the trials (default: their ids). ``DataError`` with
+    fewer than two trials."""
+    if set(real.index) != set(synthetic.index) or real.index.has_duplicates:
+        raise ValueError("real and synthetic must hold one value per trial, of the same trials")
+    if len(real) < 2:
+        raise DataError(f"{metric}: {len(real)} trial(s) to compare; agreement needs two or more")
+    ascending = not parse_metric(metric).higher_is_better
+    frame = pd.DataFrame(
+        {
+            "label": labels.reindex(real.index) if labels is not None else real.index.to_series(),
+            "real": real.astype(float),
+            "synthetic": synthetic.reindex(real.index).astype(float),
+        }
+    )
+    for name in SETS:
+        frame[f"{name}_rank"] = frame[name].rank(method="min", ascending=ascending).astype(int)
+    frame["change"] = frame["synthetic_rank"] - frame["real_rank"]
+    frame = frame.sort_values(["real_rank", "synthetic_rank"], kind="stable")
+    frame.index.name = "trial_id"
+    with warnings.catch_warnings():  # a set on which every trial ties: NaN, said so in reports
+        warnings.simplefilter("ignore", stats.ConstantInputWarning)
+        tau = stats.kendalltau(frame["real"], frame["synthetic"])
+        rho = stats.spearmanr(frame["real"], frame["synthetic"])
+    ids, labels_of = list(frame.index), frame["label"].tolist()
+    real_ranks, synthetic_ranks = frame["real_rank"].tolist(), frame["synthetic_rank"].tolist()
+    concordant = discordant = tied = 0
+    swaps: list[dict[str, Any]] = []
+    for a, b in itertools.combinations(range(len(ids)), 2):  # a ranks ahead of b on real
+        order = (real_ranks[a] - real_ranks[b]) * (synthetic_ranks[a] - synthetic_ranks[b])
+        concordant += order > 0
+        tied += order == 0
+        if order < 0:
+            discordant += 1
+            swaps.append(
+                {
+                    "ahead_on_real": ids[a],
+                    "ahead_on_synthetic": ids[b],
+                    "label_ahead_on_real": labels_of[a],
+                    "label_ahead_on_synthetic": labels_of[b],
+                    "real_rank_a": real_ranks[a],
+                    "real_rank_b": real_ranks[b],
+                    "synthetic_rank_a": synthetic_ranks[a],
+                    "synthetic_rank_b": synthetic_ranks[b],
+                    "moved": abs(synthetic_ranks[a] - real_ranks[a])
+                    + abs(synthetic_ranks[b] - real_ranks[b]),
+                }
+            )
+    swapped = pd.DataFrame(swaps, columns=_SWAP_COLUMNS)
+    if len(swapped):
+        swapped = swapped.sort_values(
+            ["moved", "real_rank_a", "real_rank_b"], ascending=[False, True, True], kind="stable"
+        ).reset_index(drop=True)
+    return Agreement(
+        metric=metric,
+        trials=frame,
+        tau=float(tau.statistic),
+        tau_p=float(tau.pvalue),
+        rho=float(rho.statistic),
+        rho_p=float(rho.pvalue),
+        concordant=concordant,
+        discordant=discordant,
+        tied=tied,
+        swaps=swapped,
+        top=top,
+    )
+
+
+_SWAP_COLUMNS = [
+    "ahead_on_real",
+    "ahead_on_synthetic",
+    "label_ahead_on_real",
+    "label_ahead_on_synthetic",
+    "real_rank_a",
+    "real_rank_b",
+    "synthetic_rank_a",
+    "synthetic_rank_b",
+    "moved",
+]
+
+
+def _metric(store: RunStore, metric: str | None) -> str:
+    """``metric`` (default: the run's first) in the spelling the run evaluated it in."""
+    evaluated = store.metrics()
+    if metric is None:
+        return evaluated[0]
+    try:
+        name = parse_metric(metric).name
+    except ConfigError as exc:
+        raise ConfigError(f"--metric {metric!r}: {exc}") from None
+    if name not in evaluated:
+        skipped = store.manifest().get("skipped_metrics") or {}
+        why = f" ({name} skipped: {skipped[name]})" if name in skipped else ""
+        raise DataError(
+            f"{store.path}: --metric {metric!r} was not evaluated{why}; the run evaluated "
+            f"{', '.join(evaluated)}"
+        )
+    return name
+
+
+def agreement(
+    real: str | Path, synthetic: str | Path, metric: str | None = None, top: int = 3
+) -> Agreement:
+    """The agreement of two run directories of one sweep (one on real labels, one on
+    generated labels) on ``metric`` (default: the real run's first metric), over the trials
+    finished in both; the others are listed in ``left_out``."""
+    stores = [RunStore(real), RunStore(synthetic)]
+    name = _metric(stores[0], metric)
+    _metric(stores[1], name)
+    finished = []
+    for store in stores:
+        trials = store.trials()
+        ok = trials[trials["status"] == "ok"] if not trials.empty else trials
+        finished.append(ok.set_index("trial_id"))
+    both = finished[0].index.intersection(finished[1].index, sort=False)
+    values = [frame.loc[both, name] for frame in finished]
+    labels = pd.concat([f["label"] for f in finished])
+    labels = labels[~labels.index.duplicated()]
+    keep = both[(values[0].notna() & values[1].notna()).to_numpy()]
+    if len(keep) < 2:
+        raise DataError(
+            f"{stores[0].path} and {stores[1].path}: {len(keep)} trial(s) with {name} finished "
+            "in both; agreement needs two or more"
+        )
+    found = compare_rankings(values[0][keep], values[1][keep], name, labels, top)
+    real_queries, synthetic_queries = (int(s.manifest()["queries"]["count"]) for s in stores)
+    return replace(
+        found,
+        left_out=tuple(sorted(labels.drop(keep))),
+        runs=(stores[0].path, stores[1].path),
+        queries=(real_queries, synthetic_queries),
+    )
+
+
+def agreement_config(config: ExperimentConfig, dataset: str | Path) -> ExperimentConfig:
+    """``config`` on ``dataset`` (a path or a bundled name; format detected, the config's
+    split) without honest selection: agreement compares every trial on one split."""
+    given = Path(dataset).expanduser()
+    path = str(given.resolve()) if given.exists() else str(dataset)
+    spec = config.dataset.model_copy(update={"path": path, "format": None, "queries": None})
+    evaluation = config.evaluation.model_copy(
+        update={"select_on": None, "report_on": None, "folds": None}
+    )
+    return config.model_copy(update={"dataset": spec, "evaluation": evaluation})
+
+
+def run_agreement(
+    config: str | Path | ExperimentConfig,
+    real: str | Path,
+    synthetic: str | Path,
+    *,
+    metric: str | None = None,
+    out: str | Path | None = None,
+    limit_queries: int | None = None,
+    overwrite: bool = False,
+    cache_root: str | Path | None = None,
+    progress: bool = True,
+) -> Agreement:
+    """Run ``config``'s sweep on the labeled sets ``real`` and ``synthetic`` into
+    ``<out>/real`` and ``<out>/synthetic`` (default ``out``: ``runs/agreement-<name>``;
+    existing runs are resumed unless ``overwrite``) and return their ``agreement`` on
+    ``metric`` (default: the config's first metric, which must be one it evaluates)."""
+    cfg = config if isinstance(config, ExperimentConfig) else load_config(config)
+    if metric is not None:
+        try:
+            wanted = parse_metric(metric).name
+        except ConfigError as exc:
+            raise ConfigError(f"--metric {metric!r}: {exc}") from None
+        if wanted not in cfg.evaluation.metrics:
+            raise ConfigError(
+                f"--metric {metric!r}: the config evaluates {', '.join(cfg.evaluation.metrics)}"
+            )
+    for dataset in (real, synthetic):  # before the first sweep: a bad second set fails now
+        dataset_format(resolve_dataset(dataset), None)
+    root = Path(out) if out is not None else Path("runs") / f"agreement-{cfg.name}"
+    for name, dataset in zip(SETS, (real, synthetic), strict=True):
+        target = root / name
+        run(
+            agreement_config(cfg, dataset),
+            target,
+            resume=not overwrite and RunStore(target).exists(),
+            overwrite=overwrite,
+            limit_queries=limit_queries,
+            cache_root=cache_root,
+            progress=progress,
+        )
+    return agreement(root / "real", root / "synthetic", metric or cfg.evaluation.metrics[0])

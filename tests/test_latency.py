@@ -1,0 +1,143 @@
+"""The latency pass: a fixed sample of queries timed alone after the quality pass, the fastest
+uninterrupted repeat per query and stage, CPU time, contention, cached per machine and measured
+again on request."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pytest
+from pydantic import Field
+
+from ragbench.data import load_dataset
+from ragbench.experiment.latency import measure
+from ragbench.experiment.runner import run
+from ragbench.registry import components
+from ragbench.retrieve.artifacts import QUERIES, Queries
+from ragbench.retrieve.graph import (
+    Env,
+    Execution,
+    PlanBuilder,
+    StepConfig,
+    compile_plan,
+    component_key,
+)
+from tests.paths import DEMO, require
+
+SLOW = 0.02
+
+
+class SlowFirstConfig(StepConfig):
+    """A query step for this test: every other time it sees a query it sleeps 5x longer."""
+
+    kind: Literal["slow_first"] = "slow_first"
+    seen: int = Field(0, ge=0)
+
+    def plan(self, g: PlanBuilder, upstream: str | None, k: int) -> None:
+        calls: dict[str, int] = {}
+
+        def compute(env: Env, queries: Sequence[str]) -> Queries:
+            texts = list(queries)
+            seconds = []
+            for text in texts:
+                calls[text] = calls.get(text, 0) + 1
+                started = time.perf_counter()
+                time.sleep(SLOW * (5 if calls[text] % 2 else 1))
+                seconds.append(time.perf_counter() - started)
+            return Queries(texts, np.arange(len(texts)), np.array(seconds))
+
+        g.queries = g.add(
+            "slow", "query", (g.queries,), (component_key(self),), compute, QUERIES, latency="query"
+        )
+
+
+components("query").register_config(SlowFirstConfig)
+
+
+def _config(**latency: object) -> dict:
+    return {
+        "name": "latency",
+        "dataset": {"path": str(require(DEMO))},
+        "evaluation": {"metrics": ["ndcg@10"], "depth": 10},
+        "latency": {"queries": 6, "repeats": 2, **latency},
+        "sweep": {
+            "chunker": [{"kind": "recursive", "size": 500}],
+            "embedder": [{"kind": "hashing", "dim": 128}],
+            "retriever": [{"kind": "bm25"}, {"kind": "hybrid"}],
+        },
+    }
+
+
+def test_each_trial_gets_a_sampled_latency_pass_cached_until_asked_again(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first = run(_config(), tmp_path / "a", cache_root=cache, progress=False).trials
+    assert (first["latency.queries"] == 6).all() and (first["latency.repeats"] == 2).all()
+    hybrid = first[first["label"].str.startswith("hybrid")].iloc[0]
+    stages = ["embed_query", "dense", "bm25", "fusion"]
+    assert all(hybrid[f"latency.{s}.p50_ms"] > 0 for s in stages)
+    assert hybrid["latency.total.p50_ms"] >= max(hybrid[f"latency.{s}.p50_ms"] for s in stages)
+    assert hybrid["latency.cpu.p50_ms"] > 0 and hybrid["latency.machine"]
+    again = run(_config(), tmp_path / "b", cache_root=cache, progress=False).trials
+    assert list(again["latency.measured_at"]) == list(first["latency.measured_at"])  # cached
+    time.sleep(1.1)
+    fresh = run(
+        _config(), tmp_path / "c", cache_root=cache, progress=False, remeasure_latency=True
+    ).trials
+    assert (fresh["latency.measured_at"] > first["latency.measured_at"]).all()
+    assert list(fresh["ndcg@10"]) == list(first["ndcg@10"])  # nothing else recomputed
+    other = run(_config(queries=3), tmp_path / "d", cache_root=cache, progress=False).trials
+    assert (other["latency.queries"] == 3).all()  # another sample is another measurement
+
+
+def test_the_fastest_repeat_counts(tmp_path: Path) -> None:
+    config = _config(repeats=3)
+    config["sweep"]["query"] = [{"kind": "slow_first"}]
+    config["sweep"]["retriever"] = [{"kind": "bm25"}]
+    trials = run(config, tmp_path / "run", cache_root=tmp_path / "c", progress=False).trials
+    # repeats alternate between 5 x SLOW and SLOW: the fastest one counts (a mean would be 3x)
+    assert SLOW * 1000 <= trials["latency.query.p50_ms"].iloc[0] < 2 * SLOW * 1000
+
+
+def _burn(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_a_busy_machine_is_recorded_and_interrupted_repeats_run_again() -> None:
+    configs = {
+        "chunker": components("chunker").parse({"kind": "none"}),
+        "retriever": components("retriever").parse({"kind": "bm25"}),
+    }
+    plan = compile_plan(configs, 5)
+    labeled = load_dataset(str(require(DEMO)))
+    env = Env(corpus=labeled.documents)
+    built = Execution(plan, env)
+    index = {s.name: built[s.name] for s in plan.index_stages()}
+    texts = [q.text for q in labeled.queries[:20]]
+    ids = [q.id for q in labeled.queries[:20]]
+    burners = [multiprocessing.Process(target=_burn, args=(20.0,)) for _ in range(3)]
+    for p in burners:
+        p.start()
+    try:
+        report = measure(plan, env, index, ids, texts, repeats=3)
+    finally:
+        for p in burners:
+            p.terminate()
+    assert report.contention is not None and report.contention > 0.3 and report.contended
+    assert len(report.total) == 20 and all(t > 0 for t in report.total)
+    assert 0 <= report.interrupted <= 1
+
+
+@pytest.mark.parametrize("bad", [{"queries": -1}, {"repeats": 0}, {"threads": 0}])
+def test_latency_settings_are_checked(bad: dict, tmp_path: Path) -> None:
+    from ragbench.errors import ConfigError
+    from ragbench.experiment.config import load_config
+
+    with pytest.raises(ConfigError, match=f"latency.{next(iter(bad))}"):
+        load_config(_config(**bad))
