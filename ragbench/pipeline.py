@@ -447,7 +447,8 @@ class RAGPipeline:
         self, queries: Sequence[str], k: int, filter: Mapping[str, Any] | None = None
     ) -> Retrieval:
         """Top-``k`` chunk ids per query through the trial's query-time stages, with each
-        stage's seconds per query (metadata ``filter``: exact match)."""
+        stage's seconds per query (a query's share of its batch when many are searched at
+        once; metadata ``filter``: exact match)."""
         plan = self.plan(k)
         env = dataclasses.replace(self.env, queries=list(queries), filter=filter)
         if not self._docs:  # nothing indexed: no hit

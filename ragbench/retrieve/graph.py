@@ -49,7 +49,7 @@ from ragbench.retrieve.artifacts import (
     Timed,
     query_texts,
 )
-from ragbench.retrieve.timed import embed_queries
+from ragbench.retrieve.timed import QUALITY_BATCH, embed_queries
 from ragbench.text.chunkers import chunk_documents
 from ragbench.types import Document, Ranking
 
@@ -397,12 +397,13 @@ class PlanBuilder:
         self, embedder: ComponentConfig | None = None, queries: str | None = None
     ) -> str:
         """Vectors of the query texts — the current ones (after a query transform), or the
-        stage or source ``queries`` — each query embedded alone and timed."""
+        stage or source ``queries`` — embedded in batches, each query's share of its batch timed."""
         embedder = embedder or self.config("embedder")
 
         def compute(env: Env, queries: Sequence[str] | Queries) -> QueryVectors:
             texts = query_texts(queries)
-            return QueryVectors(*embed_queries(env.embedder(embedder), texts, env.warm_up))
+            found = embed_queries(env.embedder(embedder), texts, env.warm_up, QUALITY_BATCH)
+            return QueryVectors(*found)
 
         return self.add(
             "query_vectors",

@@ -27,7 +27,7 @@ from ragbench.retrieve.artifacts import (
     query_texts,
 )
 from ragbench.retrieve.graph import Env, PlanBuilder, StepConfig, component_key
-from ragbench.retrieve.timed import per_query, rows
+from ragbench.retrieve.timed import QUALITY_BATCH, per_query, rows
 from ragbench.text.chunk_table import ChunkTable, document_ranking
 from ragbench.types import Ranking
 
@@ -56,7 +56,7 @@ def bm25_search(
                 return index.search_weighted(terms[s], k, env.filter)
             return index.search(texts[s], k, env.filter)
 
-        return Timed(*per_query(step, len(texts), k, env.warm_up))
+        return Timed(*per_query(step, len(texts), k, env.warm_up, QUALITY_BATCH))
 
     inputs = (g.bm25_index(config, chunker), g.queries)
     return g.add("bm25", "bm25", inputs, (k,), compute, RANKING, latency="bm25")
@@ -71,7 +71,7 @@ def dense_search(g: PlanBuilder, store: ComponentConfig, k: int) -> str:
         def step(s: slice) -> Ranking:
             return index.search(vectors[s], k, env.filter)
 
-        return Timed(*per_query(step, len(vectors), k, env.warm_up))
+        return Timed(*per_query(step, len(vectors), k, env.warm_up, QUALITY_BATCH))
 
     inputs = (g.dense_index(store), g.query_vectors())
     return g.add("dense", "dense", inputs, (k,), compute, RANKING, latency="dense")
@@ -80,9 +80,13 @@ def dense_search(g: PlanBuilder, store: ComponentConfig, k: int) -> str:
 def fuse(
     fusion: Fusion, rankings: Sequence[Ranking], k: int, warm_up: bool = True
 ) -> tuple[Ranking, np.ndarray]:
-    """Fused top-k per query, timed per query."""
+    """Fused top-k per query, timed per query (in batches)."""
     n = len(rankings[0].ids)
-    return per_query(lambda s: fusion.fuse([rows(r, s) for r in rankings], k), n, k, warm_up)
+
+    def step(s: slice) -> Ranking:
+        return fusion.fuse([rows(r, s) for r in rankings], k)
+
+    return per_query(step, n, k, warm_up, QUALITY_BATCH)
 
 
 def fuse_documents(

@@ -1,7 +1,10 @@
-"""Query-time work done one query at a time, timed per query.
+"""Query-time work over many queries, timed per query.
 
-The question users ask is the latency of one query, not the throughput of a batch, so every
-query-time stage runs each query alone and records its wall time.
+A quality pass (every query of a sweep, or a ``RAGPipeline.search`` of many) runs searches,
+fusion and query embedding ``QUALITY_BATCH`` queries per call, as fast as the stages allow; a
+query's seconds are then its share of its batch's wall time. The latency of one query is what
+the latency pass (``ragbench.experiment.latency``) measures: it runs these stages on one query
+at a time, where batches are one query long.
 """
 
 from __future__ import annotations
@@ -14,13 +17,18 @@ import numpy as np
 from ragbench.protocols import Embedder
 from ragbench.types import Ranking
 
-__all__ = ["embed_queries", "per_query", "percentiles_ms", "rows"]
+__all__ = ["QUALITY_BATCH", "embed_queries", "per_query", "percentiles_ms", "rows"]
+
+QUALITY_BATCH = 256
+"""Queries per call of a batched stage: large enough that a call's overhead vanishes, small
+enough that a batch of dense scores (queries × chunks) stays in memory."""
 
 
 def per_query(
-    step: Callable[[slice], Ranking], n: int, k: int, warm_up: bool = True
+    step: Callable[[slice], Ranking], n: int, k: int, warm_up: bool = True, batch: int = 1
 ) -> tuple[Ranking, np.ndarray]:
-    """Run ``step`` on each query alone (a one-row slice), timing each call.
+    """Run ``step`` on ``batch`` queries at a time (a slice of rows), timing each call; a
+    query's seconds are its share of its call's (its own call's when ``batch`` is 1).
 
     With ``warm_up``, one untimed call on the first query comes first, so loading a model or
     building an index lazily is not charged to the first query's latency.
@@ -30,29 +38,33 @@ def per_query(
     ids = np.full((n, k), "", dtype=object)
     scores = np.full((n, k), -np.inf)
     seconds = np.zeros(n)
-    for i in range(n):
-        started = time.perf_counter()
-        part = step(slice(i, i + 1))
-        seconds[i] = time.perf_counter() - started
+    size = max(1, batch)
+    for start in range(0, n, size):
+        rows = slice(start, min(n, start + size))
+        began = time.perf_counter()
+        part = step(rows)
+        seconds[rows] = (time.perf_counter() - began) / (rows.stop - rows.start)
         width = min(k, part.depth)
-        ids[i, :width] = part.ids[0, :width]
-        scores[i, :width] = part.scores[0, :width]
+        ids[rows, :width] = part.ids[:, :width]
+        scores[rows, :width] = part.scores[:, :width]
     return Ranking(ids, scores), seconds
 
 
 def embed_queries(
-    embedder: Embedder, queries: Sequence[str], warm_up: bool = True
+    embedder: Embedder, queries: Sequence[str], warm_up: bool = True, batch: int = 1
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Query vectors, each embedded alone and timed (seconds per query; with ``warm_up`` the
-    model is loaded by an untimed call first)."""
+    """Query vectors, embedded ``batch`` per call and timed (a query's seconds: its share of
+    its call's; with ``warm_up`` the model is loaded by an untimed call first)."""
     if queries and warm_up:
         embedder.embed([queries[0]], "query")
     seconds = np.zeros(len(queries))
     found = []
-    for i, text in enumerate(queries):
-        started = time.perf_counter()
-        found.append(embedder.embed([text], "query"))
-        seconds[i] = time.perf_counter() - started
+    size = max(1, batch)
+    for start in range(0, len(queries), size):
+        part = list(queries[start : start + size])
+        began = time.perf_counter()
+        found.append(embedder.embed(part, "query"))
+        seconds[start : start + len(part)] = (time.perf_counter() - began) / len(part)
     dim = found[0].shape[1] if found else embedder.dimension
     vectors = np.concatenate(found) if found else np.zeros((0, dim), np.float32)
     return vectors, seconds
