@@ -1356,7 +1356,7 @@ def _agreement(section: dict[str, Any] | None) -> list[str]:
     for key, corpus in section["corpora"].items():
         real = corpus["real"]
         lines += [
-            f"**{names.get(key, key)}**: `{corpus['config']}`, real: {real['queries']} queries "
+            f"**{names.get(key, key)}**: `{corpus['config']}`; real: {real['queries']} queries; "
             + "; ".join(
                 f"{m}: {f['set']['queries']} queries"
                 for m, f in corpus["methods"].items()
@@ -1390,8 +1390,10 @@ def _agreement(section: dict[str, Any] | None) -> list[str]:
         lines += [""]
     lines += [
         "Reading: `ict` and `headings` queries are the documents' own words, so they favour "
-        "lexical retrieval; where τ is high they can choose chunkers and BM25 settings, but the "
-        "rank change per retriever kind shows how far they move dense and hybrid trials.",
+        "lexical retrieval. A generated set is usable for the choices where its τ against real "
+        "labels is high; where τ is low or negative it would pick the wrong configuration, and "
+        "the rank change per retriever kind shows which kinds it moves (positive: ranked lower "
+        "than real labels rank them).",
     ]
     return lines
 
