@@ -1,4 +1,5 @@
-# One entry point: `make run` (main job on the bundled demo set) and `make test`.
+# One entry point: `make run` (main job on the bundled demo set) and `make test`; `make docs`
+# renders the notebooks, executed, to reports/notebooks/*.html.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,7 +8,7 @@ export RAGAS_DO_NOT_TRACK := true
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test lint docs bench clean
 
 install: $(STAMP)
 
@@ -27,12 +28,19 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	RAGBENCH_CACHE=$(CURDIR)/.test-cache $(BIN)/python -m pytest -n 2 --dist loadgroup -q --nbmake tests notebooks
+	RAGBENCH_CACHE=$(CURDIR)/.test-cache $(BIN)/python -m pytest -n 2 --dist loadgroup -q --nbmake --nbmake-timeout=900 tests notebooks
 
 # mypy reads its settings (files, plugins, strictness) from [tool.mypy] in pyproject.toml.
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+# The notebooks executed and rendered to HTML, to read without running them. Outputs go to
+# reports/notebooks/ only: the notebooks in git stay without outputs.
+docs: $(STAMP)
+	mkdir -p reports/notebooks
+	$(BIN)/jupyter nbconvert --to html --execute --ExecutePreprocessor.timeout=1800 \
+		--output-dir reports/notebooks notebooks/*.ipynb
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

@@ -48,6 +48,12 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "RESULTS.md"
 TINY_QUERIES = 5
 ONNX_CONFIG = REPO / "experiments" / "scifact-onnx.yaml"
+QUICKSTART = REPO / "experiments" / "quickstart.yaml"
+INT8 = (
+    '{"kind": "sentence-transformers", "model": "all-MiniLM-L6-v2", "max_seq_length": 256, '
+    '"backend": "onnx", "quantize": "int8"}'
+)
+WALL_EMBEDDER = [f"sweep.embedder=[{INT8}]", f"sweep.reranker[1].embedder={INT8}"]
 
 
 @dataclass
@@ -195,6 +201,14 @@ def embed(s: Settings) -> dict[str, Any]:
     return bench_embed.measure(bench_embed.texts_of(bench_quality.SCIFACT, 300))
 
 
+def _backend(row: Any) -> str:
+    """A trial's embedder backend (torch, onnx or onnx-int8) from its ``param.*`` columns,
+    which are empty for options left at their default."""
+    backend = row.get("param.embedder.backend")
+    name = backend if isinstance(backend, str) else "torch"
+    return name + ("-int8" if row.get("param.embedder.quantize") == "int8" else "")
+
+
 def onnx(s: Settings) -> dict[str, Any]:
     """Torch against the ONNX backend (fp32, int8): texts/s on 300 SciFact abstracts, and
     nDCG@10 of each on SciFact through scifact-onnx.yaml (``--full``)."""
@@ -216,8 +230,7 @@ def onnx(s: Settings) -> dict[str, Any]:
     trials = done["result"].trials
     quality = [
         {
-            "backend": str(row.get("param.embedder.backend") or "torch")
-            + ("-int8" if row.get("param.embedder.quantize") == "int8" else ""),
+            "backend": _backend(row),
             "ndcg@10": float(row["ndcg@10"]),
             "recall@100": float(row["recall@100"]),
         }
@@ -284,6 +297,30 @@ def rerank(s: Settings) -> dict[str, Any]:
     return bench_rerank.measure(runs=s.runs, cache_root=s.cache)
 
 
+def serve(s: Settings) -> dict[str, Any]:
+    """`ragbench serve` on the demo collection: HTTP search latency after start."""
+    from benchmarks import bench_serve
+
+    if s.tiny:
+        return bench_serve.measure(queries=10, tiny=True)
+    return bench_serve.measure()
+
+
+def wall(s: Settings) -> dict[str, Any]:
+    """A cold scifact-tuned.yaml sweep against embedding its distinct texts once, with the
+    ONNX int8 embedder for the trials and the dense reranker (``--full``; tiny: the demo set,
+    hashing embedder, 5 queries)."""
+    from benchmarks import bench_wall
+
+    if not (s.full or s.tiny):
+        raise Skip("runs with --full")
+    if s.tiny:
+        demo = s.overrides(QUICKSTART, REPO / "datasets" / "demo")
+        return bench_wall.measure(QUICKSTART, demo, TINY_QUERIES)
+    _need(bench_quality.SCIFACT)
+    return bench_wall.measure(bench_wall.TUNED, WALL_EMBEDDER)
+
+
 def scale(s: Settings) -> dict[str, Any]:
     """Exact, hnsw and BM25 at 10k, 100k and 1M synthetic chunks, plotted (``--full``; tiny:
     1k and 3k chunks, the plot in the temporary directory)."""
@@ -327,6 +364,8 @@ SECTIONS: list[tuple[str, Callable[[Settings], dict[str, Any]]]] = [
     ("onnx", onnx),
     ("latency", latency),
     ("agreement", agreement),
+    ("serve", serve),
+    ("wall", wall),
     ("scale", scale),
     ("dask", dask),
 ]

@@ -30,7 +30,7 @@ from ragbench.index.dense import ExactStore
 from ragbench.index.sparse import BM25Index
 from ragbench.registry import components
 from ragbench.retrieve.retriever import fuse
-from ragbench.retrieve.timed import embed_queries, per_query
+from ragbench.retrieve.timed import QUALITY_BATCH, embed_queries, per_query
 from ragbench.text.chunk_table import ChunkTable
 from ragbench.text.chunkers import build_chunker, chunk_documents
 
@@ -72,7 +72,8 @@ def _timed_run(config: dict, out: Path, cache: Path, limit: int | None) -> tuple
 
 
 def direct_trial(dataset: str, limit: int | None, embedder: dict[str, Any] = EMBEDDER) -> float:
-    """The hybrid RRF trial with the components called by hand (no cache, no run directory)."""
+    """The hybrid RRF trial with the components called by hand (no cache, no run directory),
+    queries in batches as the engine's quality pass runs them."""
     started = time.perf_counter()
     labeled = load_dataset(dataset)
     wanted = set(relevant_query_ids(labeled.qrels))
@@ -84,9 +85,13 @@ def direct_trial(dataset: str, limit: int | None, embedder: dict[str, Any] = EMB
     store.add([c.id for c in chunks], model.embed([c.text for c in chunks]))
     bm25 = BM25Index()
     bm25.add([c.id for c in chunks], [c.text for c in chunks])
-    vectors, _ = embed_queries(model, texts)
-    dense, _ = per_query(lambda s: store.search(vectors[s], 100), len(texts), 100)
-    sparse, _ = per_query(lambda s: bm25.search(texts[s], 100), len(texts), 100)
+    vectors, _ = embed_queries(model, texts, batch=QUALITY_BATCH)
+    dense, _ = per_query(
+        lambda s: store.search(vectors[s], 100), len(texts), 100, True, QUALITY_BATCH
+    )
+    sparse, _ = per_query(
+        lambda s: bm25.search(texts[s], 100), len(texts), 100, True, QUALITY_BATCH
+    )
     fused, _ = fuse(components("fusion").build({"kind": "rrf"}), [dense, sparse], 60)
     evaluate_chunks(
         fused, [q.id for q in queries], ChunkTable.from_chunks(chunks), labeled, METRICS, depth=20
@@ -115,8 +120,9 @@ def measure(
     distinct = len({c.text for c in chunk_documents(build_chunker(CHUNKER), docs)})
     embedded = (model.stats.texts - model.stats.queries) / distinct
     warm_s, _ = _timed_run(config, work / "warm", work / "cache", limit_queries)
-    single = {
+    single = {  # the quality pass alone: the hand-written trial measures no latency
         **config,
+        "latency": {"queries": 0},
         "sweep": {
             **config["sweep"],
             "retriever": [{"kind": "hybrid", "fusion": {"kind": "rrf", "k": 60}}],

@@ -22,9 +22,13 @@ from ragbench.errors import ConfigError, DataError, RagbenchError
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ragbench.pipeline import RAGPipeline
+
 __all__ = ["main"]
 
 Command = Callable[[argparse.Namespace], int]
+
+_MLFLOW_URI = "sqlite:///mlruns.db"  # ragbench.experiment.mlflow_log.DEFAULT_URI
 
 
 def _json_arg(flag: str, value: str) -> dict:
@@ -247,6 +251,7 @@ def _print_frame(frame: pd.DataFrame) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from ragbench.experiment.config import load_config
+    from ragbench.experiment.mlflow_log import log_run, require_mlflow
     from ragbench.experiment.runner import dry_run, run
     from ragbench.report.report import Report
     from ragbench.report.tables import trial_table
@@ -264,8 +269,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if dataset:
         config = config.model_copy(update={"dataset": config.dataset.model_copy(update=dataset)})
     if args.dry_run:
-        _print_frame(dry_run(config, args.limit_queries).set_index("trial_id"))
+        planned = dry_run(config, args.limit_queries)
+        _print_frame(planned.set_index("trial_id"))
+        redundant = int((planned["redundant"] != "-").sum())
+        if redundant:
+            print(
+                f"{redundant} redundant trial(s): they cannot rank differently from another "
+                "trial (column redundant); drop them from the sweep",
+                file=sys.stderr,
+            )
         return 0
+    if args.mlflow:
+        require_mlflow()
     result = run(
         config,
         args.out,
@@ -282,14 +297,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if finished:
         _print_frame(trial_table(trials, result.metrics))
     print(f"\nrun directory: {result.path}")
+    report_dir = None
     if not finished:
         print("no trial finished: no table and no report", file=sys.stderr)
     elif not args.no_report:
         try:
-            paths = Report.from_run(result.path).write(("html", "md"))
+            report = Report.from_run(result.path, latency_budget_ms=args.latency_budget)
+            paths = report.write(("html", "md"))
             print(f"report:        {paths['html']}")
+            report_dir = paths["html"].parent
         except DataError as exc:  # the trials are kept; only the report does not apply
             print(f"report skipped: {exc}", file=sys.stderr)
+    if args.mlflow:
+        print(f"mlflow:        {log_run(result.path, args.mlflow, report_dir)}")
     failed = len(trials) - finished
     if failed:
         print(f"{failed} trial(s) failed; see {result.path / 'trials.parquet'}", file=sys.stderr)
@@ -297,31 +317,53 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from ragbench.report.report import Report
+    from ragbench.experiment.mlflow_log import log_run, require_mlflow
+    from ragbench.report.report import Report, report_folder
 
+    if args.mlflow:
+        require_mlflow()
     report = Report.from_run(
         Path(args.run_dir),
         args.baseline,
         args.metric,
         test=args.test,
         correction=args.correction,
+        latency_budget_ms=args.latency_budget,
     )
     formats = ["html", "md"] if args.format == "html" else [args.format]
-    paths = report.write(formats)
+    paths = report.write(formats, args.out or report_folder(args.run_dir))
     _print_frame(report.display_table())
     for fmt, path in paths.items():
         print(f"{fmt:<6} {path}")
+    if args.mlflow:
+        print(f"mlflow {log_run(args.run_dir, args.mlflow, next(iter(paths.values())).parent)}")
     return 0
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from ragbench.report.compare import compare_runs
+    from ragbench.report.compare import compare_folder, compare_runs, write_comparison
 
     table, warnings = compare_runs([Path(d) for d in args.run_dirs], args.metric)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     _print_frame(table.set_index(["run", "trial_id"]))
+    paths = write_comparison(table, warnings, args.out or compare_folder(args.run_dirs))
+    for fmt, path in paths.items():
+        print(f"{fmt:<6} {path}")
     return 0
+
+
+def _milliseconds(text: str) -> float:
+    """``--latency-budget``: a positive number of milliseconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number of milliseconds (p50 total per query), got {text!r}"
+        )
+    return value
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
@@ -349,6 +391,17 @@ def _duration(text: str) -> float:
             f"days), got {text!r}"
         )
     return float(match[1]) * _SECONDS[match[2]]
+
+
+def _add_mlflow(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--mlflow",
+        nargs="?",
+        const=_MLFLOW_URI,
+        metavar="URI",
+        help=f"log the sweep to MLflow: a parent run, a child per trial, the report (default "
+        f"URI: {_MLFLOW_URI}; pip install ragbench[mlflow])",
+    )
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
@@ -382,6 +435,14 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--dry-run", action="store_true", help="list trials and cached artifacts")
     run.add_argument("--no-report", action="store_true", help="skip the HTML/Markdown report")
+    _add_mlflow(run)
+    run.add_argument(
+        "--latency-budget",
+        type=_milliseconds,
+        metavar="MS",
+        help="the report recommends the best trial within this p50 total latency (default: "
+        "the baseline's)",
+    )
     run.set_defaults(func=_cmd_run)
     report = sub.add_parser("report", help="write report.html / report.md for a run directory")
     report.add_argument("run_dir", help="a run directory written by `ragbench run`")
@@ -397,10 +458,21 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     report.add_argument(
         "--correction", choices=["holm", "bonferroni", "bh", "none"], default="holm"
     )
+    report.add_argument(
+        "--latency-budget",
+        type=_milliseconds,
+        metavar="MS",
+        help="recommend the best trial within this p50 total latency (default: the baseline's)",
+    )
+    report.add_argument("--out", help="output folder (default: reports/<run-name>)")
+    _add_mlflow(report)
     report.set_defaults(func=_cmd_report)
     compare = sub.add_parser("compare", help="trials of several runs in one table")
     compare.add_argument("run_dirs", nargs="+", help="run directories")
     compare.add_argument("--metric", help="metric to sort by (default: the first run's first)")
+    compare.add_argument(
+        "--out", help="output folder for compare.md/.csv (default: reports/<run-name>)"
+    )
     compare.set_defaults(func=_cmd_compare)
     cache = sub.add_parser("cache", help="inspect or clear the stage cache")
     cache.add_argument("--root", help="cache root (default: RAGBENCH_CACHE or ~/.cache/ragbench)")
@@ -492,39 +564,104 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         elif pipeline is None:
             pipeline = RAGPipeline.from_config(spec or {})
         if args.source is not None:
-            print(pipeline.index(load(Path(args.source), follow_symlinks=args.follow_symlinks)))
+            print(pipeline.index(load(args.source, follow_symlinks=args.follow_symlinks)))
         pipeline.save(target)
     print(f"collection {args.collection!r}: {len(pipeline.chunks)} chunks in {target}")
     return 0
 
 
-def _cmd_search(args: argparse.Namespace) -> int:
+def _open_collection(args: argparse.Namespace) -> RAGPipeline:
     from ragbench.pipeline import RAGPipeline
 
-    if args.k < 1:
-        raise ConfigError(f"-k: expected a positive number of results, got {args.k}")
     target = _collection_dir(args)
     if not target.exists():
         raise DataError(f"no collection {args.collection!r} in {target.parent}")
-    hits = RAGPipeline.open(target).retrieve(args.query, args.k)
+    return RAGPipeline.open(target)
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    from ragbench.service import MAX_K
+
+    if not 1 <= args.k <= MAX_K:
+        raise ConfigError(f"-k: expected a number of results from 1 to {MAX_K}, got {args.k}")
+    if (args.query is None) != args.interactive:
+        raise ConfigError("search: give a query, or --interactive to read queries from stdin")
+    filter = _json_arg("--filter", args.filter) if args.filter else None
+    pipeline = _open_collection(args)
+    if args.retriever is not None and args.retriever not in pipeline.retrievers:
+        raise ConfigError(
+            f"--retriever {args.retriever}: collection {args.collection!r} serves "
+            f"{', '.join(pipeline.retrievers)}"
+        )
+    if not args.interactive:
+        _search_once(pipeline, args.query, args, filter)
+        return 0
+    while True:  # the collection and its models stay loaded between queries
+        sys.stderr.write("query> ")
+        sys.stderr.flush()
+        line = sys.stdin.readline()
+        query = line.strip()
+        if not line or not query or query == ":q":
+            return 0
+        _search_once(pipeline, query, args, filter)
+        sys.stdout.flush()
+
+
+def _search_once(
+    pipeline: RAGPipeline, query: str, args: argparse.Namespace, filter: dict | None
+) -> None:
+    """Print one query's hits: JSON rows, or a table with what each retriever found."""
+    from ragbench.service import search
+
+    found = search(pipeline, query, args.k, filter, args.retriever)
     if args.format == "json":
         rows = [
             {
-                "rank": h.rank,
-                "score": h.score,
-                "doc_id": h.chunk.doc_id,
-                "chunk_id": h.chunk.id,
-                "start": h.chunk.start,
-                "end": h.chunk.end,
-                "text": h.chunk.text,
+                **{key: value for key, value in hit.to_json().items() if key != "metadata"},
+                "score_scale": found.scale,
             }
-            for h in hits
+            for hit in found.hits
         ]
         sys.stdout.write(json.dumps(rows, ensure_ascii=False, indent=2) + "\n")
-        return 0
-    for h in hits:
-        preview = " ".join(h.chunk.text.split())[:160]
-        sys.stdout.write(f"{h.rank:>2}. {h.score:8.4f}  {h.chunk.id}\n    {preview}\n")
+        return
+    scales = "; ".join(f"{name} = {scale}" for name, scale in found.scales.items())
+    sys.stdout.write(f"{found.retriever}, {found.took_ms:.0f} ms; score = {found.scale}\n")
+    if scales:
+        sys.stdout.write(f"{scales}\n")
+    for hit in found.hits:
+        where = "  ".join(
+            f"{name} " + ("-" if f is None else f"#{f.rank} {f.score:.4g}")
+            for name, f in hit.found_by.items()
+        )
+        preview = " ".join(hit.text.split())[:160]
+        sys.stdout.write(f"{hit.rank:>2}. {hit.score:8.4f}  {hit.chunk_id}  {where}\n")
+        sys.stdout.write(f"    {preview}\n")
+    if not found.hits:
+        sys.stdout.write("no results\n")
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from ragbench.service import SearchServer, check_host
+
+    check_host(args.host, args.allow_remote)
+    pipeline = _open_collection(args)
+    try:
+        server = SearchServer(pipeline, args.collection, args.host, args.port, args.allow_remote)
+    except OSError as exc:
+        where = f"{args.host}:{args.port}"
+        message = f"--port {args.port}: cannot listen on {where}: {exc.strerror or exc}"
+        raise ConfigError(message) from None
+    print(
+        f"serving collection {args.collection!r} ({len(pipeline.chunks)} chunks, "
+        f"{', '.join(pipeline.retrievers)}) on {server.url}: POST /search, GET /health, "
+        "GET /openapi.json",
+        flush=True,
+    )
+    with server:
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            print("stopped", file=sys.stderr)
     return 0
 
 
@@ -534,7 +671,7 @@ def _add_collections(sub: argparse._SubParsersAction) -> None:
         "ingest",
         help="index a file or folder into a persistent collection, or deploy a sweep's trial",
     )
-    ingest.add_argument("--source", help="file or directory to index")
+    ingest.add_argument("--source", help="file or directory to index, or an http(s) URL")
     ingest.add_argument(
         "--follow-symlinks",
         action="store_true",
@@ -555,12 +692,41 @@ def _add_collections(sub: argparse._SubParsersAction) -> None:
     )
     ingest.set_defaults(func=_cmd_ingest)
     search = sub.add_parser("search", help="query a collection")
-    search.add_argument("query", help="the text to search for")
+    search.add_argument("query", nargs="?", help="the text to search for")
     search.add_argument("--collection", default="default", help="collection name")
     search.add_argument("-k", type=int, default=5, help="number of results")
     search.add_argument("--db", help=db_help)
     search.add_argument("--format", choices=["table", "json"], default="table")
+    search.add_argument(
+        "--retriever",
+        choices=["bm25", "dense", "hybrid"],
+        help="first stage to run (default: the collection's; a hybrid one also serves bm25 "
+        "and dense alone)",
+    )
+    search.add_argument(
+        "--filter", metavar="JSON", help='chunk metadata to match exactly, e.g. \'{"tenant": "a"}\''
+    )
+    search.add_argument(
+        "--interactive",
+        action="store_true",
+        help="read queries from stdin, one a line, until EOF, an empty line or :q (the "
+        "collection and its model load once)",
+    )
     search.set_defaults(func=_cmd_search)
+    serve = sub.add_parser(
+        "serve",
+        help="serve a collection over HTTP (JSON: POST /search, GET /health, GET /openapi.json)",
+    )
+    serve.add_argument("--collection", default="default", help="collection name")
+    serve.add_argument("--db", help=db_help)
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
+    serve.add_argument("--port", type=int, default=8765, help="port (0: any free port)")
+    serve.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a non-loopback --host (the API has no authentication)",
+    )
+    serve.set_defaults(func=_cmd_serve)
 
 
 # ---------------------------------------------------------------- eval

@@ -36,6 +36,7 @@ from typing import Any, Literal
 import numpy as np
 from filelock import FileLock
 
+from ragbench import telemetry
 from ragbench.data import load_dataset
 from ragbench.endpoints import describe_endpoints
 from ragbench.errors import ConfigError, DataError
@@ -45,10 +46,12 @@ from ragbench.experiment.store import RunStore, write_failure
 from ragbench.index.cache import StageCache, default_cache_root
 from ragbench.llm.cache import LLMCache
 from ragbench.protocols import Embedder
+from ragbench.registry import ComponentConfig, components
 from ragbench.retrieve.artifacts import ChunkSet
 from ragbench.retrieve.assemble import quote_untrusted, sanitize_attribute, system_notice
 from ragbench.retrieve.graph import Env, Execution, Plan, Stage, compile_plan
 from ragbench.retrieve.postprocess import apply_threshold
+from ragbench.retrieve.retriever import HybridRetrieverConfig
 from ragbench.retrieve.timed import percentiles_ms
 from ragbench.types import Chunk, Document, Hit, Ranking
 
@@ -131,12 +134,15 @@ class IndexReport:
 
 @dataclass
 class Retrieval:
-    """A ranking of chunk ids plus the wall time of every stage, in seconds per query, and the
-    answers when the trial has a generator."""
+    """A ranking of chunk ids plus the wall time of every stage, in seconds per query, the
+    answers when the trial has a generator, and the first-stage lists over the same chunks
+    (``found``: ``bm25`` and/or ``dense``, one row per query), which say what each retriever
+    found before fusion or reranking."""
 
     ranking: Ranking
     timings: dict[str, np.ndarray] = field(default_factory=dict)
     answers: list[str] | None = None
+    found: dict[str, Ranking] = field(default_factory=dict)
 
     def latency_ms(self) -> dict[str, tuple[float, float]]:
         """(p50, p95) in milliseconds per stage, and for the total."""
@@ -151,7 +157,9 @@ class RetrievalTool:
     """Retrieval as an agent tool: a plain callable plus its JSON schema.
 
     Results are framed as untrusted data inside a delimiter that is random per call, so text in
-    a document cannot guess and forge the closing tag.
+    a document cannot guess and forge the closing tag. A tool bound to a ``filter`` (a tenant's
+    metadata, say) only ever searches chunks matching it: a caller's ``filter`` narrows the
+    search further and can never widen or replace it.
     """
 
     name: str
@@ -160,10 +168,17 @@ class RetrievalTool:
     pipeline: RAGPipeline
     format: Literal["markdown", "json", "text"] = "markdown"
     k: int = 5
+    filter: Mapping[str, Any] | None = None
 
-    def __call__(self, query: str, k: int | None = None) -> str:
-        """Retrieve for ``query`` and render the hits as framed, untrusted context."""
-        hits = self.pipeline.retrieve(query, k or self.k)
+    def __call__(
+        self, query: str, k: int | None = None, filter: Mapping[str, Any] | None = None
+    ) -> str:
+        """Retrieve for ``query`` (chunks matching both the bound ``filter`` and the caller's)
+        and render the hits as framed, untrusted context."""
+        bound = dict(self.filter or {})
+        asked = dict(filter or {})
+        clash = any(key in asked and asked[key] != value for key, value in bound.items())
+        hits = [] if clash else self.pipeline.retrieve(query, k or self.k, {**asked, **bound})
         tag = f"retrieved_{secrets.token_hex(6)}"
         if self.format == "json":
             return json.dumps(
@@ -201,11 +216,12 @@ class RAGPipeline:
     def __init__(self, trial: Trial, *, score_threshold: float | None = None) -> None:
         self.trial = trial
         self.score_threshold = score_threshold
+        self._label = trial.label  # once: a label reads the registries (spans name the trial)
         calls_llm = describe_endpoints(trial.configs) != "-"
         self.env = Env(
             warm_up=False, llm_cache=LLMCache(default_cache_root()) if calls_llm else None
         )
-        self._plans: dict[int, Plan] = {}
+        self._plans: dict[tuple[int, str | None], Plan] = {}
         self._index = self.plan(1).index_stages()
         self._live: dict[str, Any] = {}
         self._derived: dict[str, Any] = {}  # derived index-time values, until the next change
@@ -256,11 +272,40 @@ class RAGPipeline:
 
     # ------------------------------------------------------------ plan and resources
 
-    def plan(self, k: int) -> Plan:
-        """The trial's plan for ``k`` hits per query (no cache keys: it runs in memory)."""
-        if k not in self._plans:
-            self._plans[k] = compile_plan(self.trial.configs, k)
-        return self._plans[k]
+    def plan(self, k: int, retriever: str | None = None) -> Plan:
+        """The trial's plan for ``k`` hits per query (no cache keys: it runs in memory); with
+        ``retriever``, one of ``retrievers``, its first stage is that kind instead."""
+        if retriever == self.trial.configs["retriever"].kind:
+            retriever = None
+        if (k, retriever) not in self._plans:
+            configs = dict(self.trial.configs)
+            if retriever is not None:
+                configs["retriever"] = self._retriever(retriever)
+            self._plans[k, retriever] = compile_plan(configs, k)
+        return self._plans[k, retriever]
+
+    @property
+    def retrievers(self) -> tuple[str, ...]:
+        """The retriever kinds this pipeline's indexes serve: its own, and ``bm25`` and
+        ``dense`` alone when it is a ``hybrid`` of both over its chunks."""
+        own = self.trial.configs["retriever"]
+        if isinstance(own, HybridRetrieverConfig) and own.bm25_chunker is None:
+            return ("hybrid", "bm25", "dense")
+        return (own.kind,)
+
+    def _retriever(self, kind: str) -> ComponentConfig:
+        """The ``kind`` retriever over the hybrid's own indexes (its BM25 options, its store)."""
+        own = self.trial.configs["retriever"]
+        if kind not in self.retrievers or not isinstance(own, HybridRetrieverConfig):
+            raise ConfigError(
+                f"retriever {kind!r}: this pipeline ({own.label()}) has no index for it; "
+                f"available: {', '.join(self.retrievers)}"
+            )
+        if kind == "bm25":
+            return components("retriever").parse(own.bm25.model_dump(mode="json"))
+        return components("retriever").parse(
+            {"kind": "dense", "store": own.store.model_dump(mode="json")}
+        )
 
     @staticmethod
     def _is_derived(stage: Stage) -> bool:
@@ -444,12 +489,16 @@ class RAGPipeline:
     # ------------------------------------------------------------ retrieval
 
     def search(
-        self, queries: Sequence[str], k: int, filter: Mapping[str, Any] | None = None
+        self,
+        queries: Sequence[str],
+        k: int,
+        filter: Mapping[str, Any] | None = None,
+        retriever: str | None = None,
     ) -> Retrieval:
         """Top-``k`` chunk ids per query through the trial's query-time stages, with each
         stage's seconds per query (a query's share of its batch when many are searched at
-        once; metadata ``filter``: exact match)."""
-        plan = self.plan(k)
+        once; metadata ``filter``: exact match; ``retriever``: one of ``retrievers``)."""
+        plan = self.plan(k, retriever)
         env = dataclasses.replace(self.env, queries=list(queries), filter=filter)
         if not self._docs:  # nothing indexed: no hit
             empty = np.full((len(queries), k), "", dtype=object)
@@ -459,10 +508,14 @@ class RAGPipeline:
         if any(provided.get(s.name) is None for s in self._index if s.area != "doc_vectors"):
             empty = np.full((len(queries), k), "", dtype=object)
             return Retrieval(Ranking(empty, np.full((len(queries), k), -np.inf)))
-        execution = Execution(plan, env, provided=provided)
-        ranking = apply_threshold(execution.output.head(k), self.score_threshold)
-        answers = execution[plan.answers].texts if plan.answers else None
-        return Retrieval(ranking, execution.latency(), answers)
+        if plan is not self.plan(k):  # the same live values, under the other plan's names
+            by_key = {self.plan(1).stages[name].key: value for name, value in provided.items()}
+            provided = {s.name: by_key[s.key] for s in plan.index_stages() if s.key in by_key}
+        with telemetry.span("search", queries=len(queries), k=k, label=self._label):
+            execution = Execution(plan, env, provided=provided)
+            ranking = apply_threshold(execution.output.head(k), self.score_threshold)
+            answers = execution[plan.answers].texts if plan.answers else None
+            return Retrieval(ranking, execution.latency(), answers, _first_stage(execution))
 
     def retrieve(
         self, query: str, k: int = 5, filter: Mapping[str, Any] | None = None
@@ -488,8 +541,10 @@ class RAGPipeline:
         description: str = "Search the indexed documents and return relevant passages.",
         format: Literal["markdown", "json", "text"] = "markdown",
         k: int = 5,
+        filter: Mapping[str, Any] | None = None,
     ) -> RetrievalTool:
-        """Retrieval as a callable tool with a JSON schema for function calling."""
+        """Retrieval as a callable tool with a JSON schema for function calling; bound to a
+        metadata ``filter`` (e.g. ``{"tenant": "acme"}``), it never returns a chunk outside it."""
         schema = {
             "name": name,
             "description": description,
@@ -498,11 +553,16 @@ class RAGPipeline:
                 "properties": {
                     "query": {"type": "string", "description": "What to search for."},
                     "k": {"type": "integer", "minimum": 1, "maximum": 50, "default": k},
+                    "filter": {
+                        "type": "object",
+                        "description": "Metadata every result must match exactly (key: value).",
+                    },
                 },
                 "required": ["query"],
             },
         }
-        return RetrievalTool(name, description, schema, self, format, k)
+        bound = dict(filter) if filter is not None else None
+        return RetrievalTool(name, description, schema, self, format, k, bound)
 
     # ------------------------------------------------------------ persistence
 
@@ -573,6 +633,20 @@ class RAGPipeline:
 
     def __repr__(self) -> str:
         return f"RAGPipeline(documents={len(self._docs)}, chunks={len(self.chunks)})"
+
+
+def _first_stage(execution: Execution) -> dict[str, Ranking]:
+    """The plan's first BM25 and dense lists over the chunks its ranking refers to, one row
+    per query (lists over another chunking, or per text of a multi-text query, are left out)."""
+    plan, found = execution.plan, {}
+    for name, stage in plan.stages.items():
+        index = plan.stages.get(stage.inputs[0]) if stage.inputs else None
+        if stage.area not in ("bm25", "dense") or stage.area in found or index is None:
+            continue
+        ranking = execution[name].ranking
+        if plan.chunks in index.inputs and len(ranking.ids) == len(execution.env.queries):
+            found[stage.area] = ranking
+    return found
 
 
 def _folder(stage_name: str) -> str:

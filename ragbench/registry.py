@@ -42,7 +42,7 @@ ENTRY_POINT_GROUP = "ragbench.components"
 _BUILTIN_MODULES: dict[str, tuple[str, ...]] = {
     "chunker": ("ragbench.text.chunkers",),
     "embedder": ("ragbench.index.embedders",),
-    "dense": ("ragbench.index.dense",),
+    "dense": ("ragbench.index.dense", "ragbench.index.lancedb_store"),
     "sparse": ("ragbench.index.sparse",),
     "fusion": ("ragbench.retrieve.fusion",),
     "reranker": ("ragbench.retrieve.rerank",),

@@ -17,6 +17,7 @@ LAYERS = {
     "protocols": 0,
     "registry": 0,
     "testing": 0,
+    "telemetry": 0,
     "text": 1,
     "llm": 1,
     "data": 2,
@@ -26,6 +27,7 @@ LAYERS = {
     "experiment": 4,
     "report": 5,
     "pipeline": 5,
+    "service": 5,
     "cli": 6,
 }
 

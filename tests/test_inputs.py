@@ -64,7 +64,7 @@ def test_eval_rejects_directories_for_qrels_and_run(tmp_path: Path, capsys) -> N
 @pytest.mark.parametrize("k", ["0", "-3"])
 def test_search_k_must_be_positive(k: str, tmp_path: Path, capsys) -> None:
     err = one_line_exit_2(["search", "q", "-k", k, "--db", str(tmp_path)], capsys)
-    assert f"-k: expected a positive number of results, got {k}" in err
+    assert f"-k: expected a number of results from 1 to 1000, got {k}" in err
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ import pytest
 from ragbench.errors import DataError
 from ragbench.protocols import Loader
 from ragbench.text import loaders
+from ragbench.text.chunkers import build_chunker, chunk_documents
 from ragbench.text.loaders import (
     DirectoryLoader,
     HtmlLoader,
@@ -182,6 +183,43 @@ def test_pdf_broken_and_textless_are_reported(tmp_path: Path) -> None:
     found = reasons(loader.report)
     assert found["broken.pdf"].startswith("unreadable PDF: ")
     assert found["blank.pdf"] == "no extractable text"
+
+
+@pytest.mark.parametrize(
+    "chunker",
+    [
+        {"kind": "fixed", "size": 24, "overlap": 0},
+        {"kind": "recursive", "size": 40, "overlap": 10},
+        {"kind": "sentence", "size": 30},
+        {"kind": "none"},
+    ],
+)
+def test_each_pdf_chunk_carries_its_own_pages(tmp_path: Path, chunker: dict[str, Any]) -> None:
+    # page n is written in letter n only (page 3 is blank), so a chunk's letters are its pages
+    letters = {1: "a", 2: "b", 3: "", 4: "d"}
+    pages = [[f"{c * 4} {c * 5}." for _ in range(3)] if c else [] for c in letters.values()]
+    [doc] = PdfLoader(write(tmp_path / "manual.pdf", make_pdf(pages)))
+    chunks = chunk_documents(build_chunker(chunker), [doc])
+    spanned = []
+    for chunk in chunks:
+        expected = [n for n, c in letters.items() if c and c in chunk.text]
+        assert chunk.metadata["pages"] == expected, chunk.text
+        assert chunk.metadata["page"] == expected[0]
+        assert chunk.metadata["path"] == "manual.pdf"  # the rest of the metadata is kept
+        spanned.append(expected)
+    assert doc.metadata["pages"][0] == [0, len(doc.text.split("\n\n")[0])]  # offsets on the doc
+    if chunker["kind"] == "none":
+        assert spanned == [[1, 2, 4]]
+    else:
+        assert {n for found in spanned for n in found} == {1, 2, 4}
+        if chunker["kind"] == "fixed":  # cuts through page breaks
+            assert any(len(found) > 1 for found in spanned)
+
+
+def test_pages_are_only_taken_from_pdfs() -> None:
+    doc = Document("notes.jsonl", "one two three", {"format": "jsonl", "pages": 12})
+    [chunk] = chunk_documents(build_chunker({"kind": "none"}), [doc])
+    assert chunk.metadata == {"format": "jsonl", "pages": 12}
 
 
 # --------------------------------------------------------------------------- JSONL

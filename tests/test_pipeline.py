@@ -6,7 +6,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pytest
@@ -113,6 +113,42 @@ def test_tool_frames_results_with_a_random_delimiter() -> None:
     strict = RAGPipeline.from_config(CONFIG, score_threshold=0.5)  # above any RRF score
     strict.index(DOCS)
     assert "No results." in strict.as_tool(format="text")("KST-4172")
+
+
+@pytest.mark.parametrize(
+    "retriever", [{"kind": "hybrid", "store": {"kind": "hnsw"}}, {"kind": "bm25"}]
+)
+def test_a_tool_bound_to_a_tenant_never_returns_another_tenants_chunks(
+    retriever: dict[str, Any],
+) -> None:
+    tenants: dict[str, list[Document]] = {"acme": [], "globex": []}
+    for n, topic in enumerate(["signing keys", "retention", "admin port", "quotas", "ACLs"]):
+        for tenant in tenants:
+            text = f"{tenant.title()} runbook {n}: how {tenant} handles {topic} (ref {tenant}-{n})."
+            tenants[tenant].append(Document(f"{tenant}/{n}.md", text, {"tenant": tenant}))
+    pipe = RAGPipeline.from_config({**CONFIG, "retriever": retriever})
+    pipe.index([d for docs in tenants.values() for d in docs])
+    acme = {d.id for d in tenants["acme"]}
+    queries = [*(d.text for d in tenants["globex"]), "globex", "acme signing keys", "x"]
+    asked: list[dict[str, Any] | None] = [
+        None,
+        {"tenant": "globex"},
+        {"tenant": "acme"},
+        {"tenant": None},
+        {"tenant": ["acme", "globex"]},
+        {"section": "ops"},
+    ]
+    open_tool = pipe.as_tool(format="json", k=50)
+    assert {r["doc_id"] for r in json.loads(open_tool(queries[0]))["results"]} - acme  # it could
+    tool = pipe.as_tool(format="json", k=50, filter={"tenant": "acme"})
+    assert tool.filter == {"tenant": "acme"} and "filter" in tool.schema["parameters"]["properties"]
+    for query in queries:
+        for caller in asked:
+            found = {r["doc_id"] for r in json.loads(tool(query, 50, caller))["results"]}
+            assert found <= acme, (query, caller)
+            if caller in (None, {"tenant": "acme"}) and query not in ("x", "globex"):
+                assert found, (query, caller)  # the tenant's own documents are still found
+    assert json.loads(tool("globex handles ACLs", filter={"tenant": "globex"}))["results"] == []
 
 
 def test_collection_persists_across_processes(tmp_path: Path) -> None:

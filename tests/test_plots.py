@@ -13,6 +13,7 @@ from ragbench.report import plots
 from tests.paths import DEMO, require
 
 METRIC = "ndcg@10"
+CHUNKER = "param.chunker.kind"
 
 
 def _trial(tid: str, chunker: str, size: float, retriever: str, **extra: object) -> dict:
@@ -175,9 +176,11 @@ def test_pareto_plot(trials: pd.DataFrame) -> None:
     }
     (line,) = ax.lines
     assert list(line.get_xdata()) == list(front["latency.total.p95_ms"])
-    numbers = [t.get_text() for t in ax.texts[:-1]]
+    numbers = [t.get_text() for t in ax.texts]
     assert numbers == [str(i) for i in range(1, len(front) + 1)]
-    assert ax.texts[-1].get_text().startswith("Pareto front\n 1 ")
+    (key,) = fig.legends
+    assert key.get_title().get_text() == "Pareto front"
+    assert key.get_texts()[0].get_text().startswith("1. ")
 
 
 def test_pareto_log_scale_and_bad_baseline() -> None:
@@ -217,6 +220,15 @@ def test_per_query_difference_bars_and_counts() -> None:
     assert [t.get_text() for t in ax.get_xticklabels()] == ["q1", "q5", "q2", "q4", "q3"]
 
 
+def test_per_query_difference_text_is_large_enough_to_read_in_the_report() -> None:
+    fig = plots.per_query_difference(_per_query(), "t", "b", METRIC)
+    ax = fig.axes[0]
+    assert fig.get_figwidth() <= 10  # the report shows it at most 620 px wide
+    assert ax.title.get_fontsize() >= 12 and ax.yaxis.label.get_fontsize() >= 12
+    assert min(t.get_fontsize() for t in ax.get_xticklabels()) >= 10
+    assert min(t.get_fontsize() for t in ax.get_yticklabels()) >= 10
+
+
 def test_per_query_difference_errors() -> None:
     with pytest.raises(DataError, match="'missing'"):
         plots.per_query_difference(_per_query(), "missing", "b", METRIC)
@@ -250,6 +262,46 @@ def test_metric_at_k_one_line_per_trial() -> None:
     np.testing.assert_allclose(ax.lines[1].get_ydata(), expected)
 
 
+LONG = [
+    "hybrid(fusion=rrf(k=60)) | sentence(size=600, overlap=100) | all-MiniLM-L6-v2 | "
+    f"rerank:dense(candidates={n}, embedder=sentence-transformers:all-MiniLM-L6-v2)"
+    for n in (10, 20, 30)
+]
+
+
+def _legend_lines(fig: Figure) -> list[str]:
+    """The texts of the figure's legends, each entry on one line."""
+    return [t.get_text().replace("\n", " ") for legend in fig.legends for t in legend.get_texts()]
+
+
+def _below_the_axes(fig: Figure) -> bool:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig).draw()
+    axes = fig.axes[0].get_window_extent()
+    return all(legend.get_window_extent().y1 <= axes.y0 for legend in fig.legends)
+
+
+def test_legends_show_whole_labels_below_the_plot() -> None:
+    # each label without the parts every label shares, never cut, wrapped to 80 characters
+    own = [label.split(" | ")[-1] for label in LONG]
+    curves = _curves()
+    at_k = plots.metric_at_k(
+        curves, ["a", "b", "c"], "recall", labels=dict(zip("abc", LONG, strict=True))
+    )
+    assert _legend_lines(at_k) == own and _below_the_axes(at_k)
+    frame = _points([("a", 0.5, 1.0), ("b", 0.6, 2.0), ("c", 0.7, 3.0)])
+    frame["label"] = LONG
+    frame["param.retriever.kind"] = "hybrid"
+    pareto = plots.pareto(frame, METRIC)
+    assert _legend_lines(pareto) == [f"{i}. {label}" for i, label in enumerate(own, start=1)]
+    assert _below_the_axes(pareto)
+    long = plots.metric_at_k(curves, ["a", "b"], "recall", labels={"a": LONG[0] * 2})
+    lines = long.legends[0].get_texts()[0].get_text().splitlines()
+    assert len(lines) > 2 and max(map(len, lines)) <= 80
+    assert " ".join(lines) == LONG[0] * 2 and "…" not in " ".join(_legend_lines(long))
+
+
 def test_metric_at_k_missing_trial() -> None:
     with pytest.raises(DataError, match="zzz"):
         plots.metric_at_k(_curves(), ["a", "zzz"], "recall")
@@ -279,11 +331,54 @@ def test_heatmap_cells_equal_the_pivot(trials: pd.DataFrame) -> None:
     np.testing.assert_allclose(image.get_array(), expected.to_numpy())
     assert sorted(_texts(fig)) == sorted(f"{v:.3f}" for v in expected.to_numpy().ravel())
     assert ax.get_xlabel() == "retriever.k1" and ax.get_ylabel() == "retriever.b"
-    assert (
-        ax.get_title() == f"{METRIC} by retriever.k1 × retriever.b\n(max over the other parameters)"
+    low, high = expected.min().min(), expected.max().max()
+    assert high - low < 0.01  # a narrow range: the title and the colour bar say so
+    assert ax.get_title() == (
+        f"{METRIC} by retriever.k1 × retriever.b\n"
+        f"(max over the other parameters; colours span only {high - low:.2g})"
     )
     assert [t.get_text() for t in ax.get_xticklabels()] == ["0.9", "1.5"]
     assert len(fig.axes) == 2  # the colour bar
+    assert fig.axes[1].get_ylabel() == f"{METRIC} (narrow range {low:.3f}–{high:.3f})"
+
+
+def test_a_wide_colour_range_is_stated_but_not_flagged(trials: pd.DataFrame) -> None:
+    wide = trials.assign(**{METRIC: trials[METRIC] * 10 * trials["param.retriever.k1"]})
+    fig = plots.heatmap(wide, "param.retriever.k1", "param.retriever.b", METRIC)
+    assert "colours span only" not in fig.axes[0].get_title()
+    assert fig.axes[1].get_ylabel().startswith(f"{METRIC} (colours span ")
+
+
+def test_a_chunker_option_grid_is_drawn_once_per_chunker_kind() -> None:
+    rows = [
+        _trial(
+            f"{kind}-{size}-{overlap}",
+            kind,
+            size,
+            "bm25",
+            **{
+                "param.chunker.overlap": overlap,
+                METRIC: (0.3 if kind == "fixed" else 0.6) + size / 10_000 + overlap / 1_000,
+            },
+        )
+        for kind in ("fixed", "sentence")
+        for size in (300, 600)
+        for overlap in (0, 50)
+    ]
+    rows.append(_trial("whole", "none", np.nan, "bm25", **{METRIC: 0.5}))
+    frame = pd.DataFrame(rows)
+    x, y = "param.chunker.size", "param.chunker.overlap"
+    assert plots.chunker_kinds(frame, x, y) == ["fixed", "sentence"]
+    assert plots.chunker_kinds(frame[frame[CHUNKER] != "fixed"], x, y) == [None]
+    with pytest.raises(DataError, match="mixes chunker kinds \\(fixed, sentence\\)"):
+        plots.heatmap(frame, x, y, METRIC)
+    for kind in ("fixed", "sentence"):
+        fig = plots.heatmap(frame, x, y, METRIC, kind)
+        own = frame[frame[CHUNKER] == kind].pivot_table(index=y, columns=x, values=METRIC)
+        np.testing.assert_allclose(fig.axes[0].images[0].get_array(), own.to_numpy())
+        assert f"({kind} chunker)" in fig.axes[0].get_title()
+    with pytest.raises(DataError, match="no finished 'semantic' chunker trial"):
+        plots.heatmap(frame, x, y, METRIC, "semantic")
 
 
 def test_heatmap_errors(trials: pd.DataFrame) -> None:
@@ -325,3 +420,32 @@ def test_every_plot_on_a_real_run(tmp_path: Path) -> None:
     assert "param.retriever.k1" in plots.swept_parameters(trials)
     for name, fig in figures.items():
         assert plots.save(fig, tmp_path / f"{name}.png").stat().st_size > 10_000
+
+
+def test_a_report_draws_chunker_grids_per_kind(tmp_path: Path) -> None:
+    from ragbench.experiment.runner import run
+    from ragbench.report.report import Report
+
+    chunkers = [
+        {"kind": kind, "size": [300, 600], "overlap": [0, 50]} for kind in ("fixed", "sentence")
+    ]
+    config = {
+        "name": "grids",
+        "dataset": {"path": str(require(DEMO))},
+        "evaluation": {"metrics": [METRIC], "depth": 10},
+        "sweep": {"chunker": chunkers, "retriever": [{"kind": "bm25"}]},
+    }
+    out = run(config, tmp_path / "run", cache_root=tmp_path / "c", limit_queries=10, progress=False)
+    figures = Report.from_run(out.path).figures()
+    grids = sorted(name for name in figures if name.startswith("heatmap_chunker.size"))
+    assert grids == [
+        "heatmap_chunker.size_chunker.overlap_fixed",
+        "heatmap_chunker.size_chunker.overlap_sentence",
+    ]
+    trials = out.trials
+    for kind in ("fixed", "sentence"):
+        image = figures[f"heatmap_chunker.size_chunker.overlap_{kind}"].axes[0].images[0]
+        own = trials[trials[CHUNKER] == kind].pivot_table(
+            index="param.chunker.overlap", columns="param.chunker.size", values=METRIC
+        )
+        np.testing.assert_allclose(image.get_array(), own.to_numpy())

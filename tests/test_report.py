@@ -1,6 +1,7 @@
 """Reports: significance-tested tables, exports, drill-down, HTML in headless Chromium, compare."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -12,13 +13,15 @@ import pytest
 from ragbench.cli import main
 from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.significance import compare
-from ragbench.experiment.runner import run
+from ragbench.experiment.runner import dry_run, run
 from ragbench.report.compare import compare_runs
 from ragbench.report.drilldown import drilldown
+from ragbench.report.html import inline_html
 from ragbench.report.report import Report
 from tests.paths import DEMO, REPO, require
 
-ARTIFACTS = REPO / "test-artifacts"
+HASHING = {"kind": "hashing", "dim": 256}
+SAME_MODEL_RERANK = {"kind": "dense", "candidates": 20, "embedder": HASHING}
 
 
 def _config(name: str = "rep", depth: int = 20, metrics: tuple = ("ndcg@10", "recall@20")) -> dict:
@@ -42,6 +45,48 @@ def _config(name: str = "rep", depth: int = 20, metrics: tuple = ("ndcg@10", "re
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("report")
     return run(_config(), root / "run", cache_root=root / "cache", progress=False).path
+
+
+def _wide_config() -> dict:
+    """Quickstart-like: long labels, four metrics, a rerank axis (with redundant trials)."""
+    return {
+        "name": "wide",
+        "dataset": {"path": str(require(DEMO))},
+        "evaluation": {"metrics": ["ndcg@10", "recall@20", "mrr@10", "span_recall@5"], "depth": 20},
+        "baseline": "bm25 | recursive(size=400)",
+        "sweep": {
+            "chunker": [
+                {"kind": "recursive", "size": [400, 1200], "overlap": 0},
+                {"kind": "sentence", "size": 600, "overlap": 100},
+            ],
+            "embedder": [HASHING],
+            "retriever": [
+                {"kind": "bm25"},
+                {"kind": "dense"},
+                {"kind": "hybrid", "fusion": {"kind": "rrf", "k": 60}},
+            ],
+            "reranker": [{"kind": "none"}, SAME_MODEL_RERANK],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def wide_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("wide")
+    cache = root / "cache"
+    return run(
+        _wide_config(), root / "run", cache_root=cache, limit_queries=40, progress=False
+    ).path
+
+
+def _trial_rows(page: str) -> dict[str, list[str]]:
+    """Per trial id, the classes of the cells of its row in the first trial table."""
+    table = page.split("<table class='trials'>")[1].split("</table>")[0]
+    rows = {}
+    for row in re.findall(r"<tr>(.*?)</tr>", table.split("<tbody>")[1]):
+        trial_id = re.search(r"<code class='id'>([^<]+)</code>", row).group(1)  # type: ignore[union-attr]
+        rows[trial_id] = re.findall(r"<td class='([^']*)'", row)
+    return rows
 
 
 def test_table_statistics_and_exports(run_dir: Path, tmp_path: Path) -> None:
@@ -101,42 +146,184 @@ def test_write_html_markdown_and_plots(run_dir: Path, tmp_path: Path) -> None:
     assert paths["latex"].read_text().startswith(r"\begin{tabular}")
 
 
-def test_html_report_renders_in_headless_chromium(run_dir: Path, tmp_path: Path) -> None:
+# Appended to a copy of the report: writes what the test asserts into the DOM it dumps
+# (backticks: in the report's own text, as a document's text may hold some).
+PROBE = """<script>
+window.addEventListener('load', function () {
+  var root = document.documentElement, body = document.body;
+  var boxes = Array.prototype.slice.call(document.querySelectorAll('.wide'));
+  var spill = boxes.map(function (b) { return b.scrollWidth - b.clientWidth; });
+  body.setAttribute('data-scroll-width', root.scrollWidth);
+  body.setAttribute('data-inner-width', window.innerWidth);
+  body.setAttribute('data-table-spill', Math.max.apply(null, spill.concat([0])));
+  // the report's own text: not the documents' (chunks, answers) nor the config
+  var own = body.cloneNode(true);
+  own.querySelectorAll('script, pre, .chunk, .answer').forEach(function (e) { e.remove(); });
+  body.setAttribute('data-backticks', (own.textContent.match(/`/g) || []).length);
+});
+</script>"""
+
+
+def _artifact(path: Path) -> None:
+    """Keep ``path`` beyond the test: copied into ``$RAGBENCH_TEST_ARTIFACTS`` when set."""
+    folder = os.environ.get("RAGBENCH_TEST_ARTIFACTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(folder) / path.name)
+
+
+def test_html_report_renders_in_headless_chromium(wide_run: Path, tmp_path: Path) -> None:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("chromium is not installed (.ci/run installs it)")
-    page = Report.from_run(run_dir).write(("html",), out=tmp_path)["html"]
-    flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        "--virtual-time-budget=5000",
-    ]
-    dom = subprocess.run(
-        [chromium, *flags, "--dump-dom", page.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ).stdout
-    total = int(re.search(r'data-images="(\d+)"', dom).group(1))  # type: ignore[union-attr]
-    loaded = int(re.search(r'data-images-loaded="(\d+)"', dom).group(1))  # type: ignore[union-attr]
-    assert total >= 4 and loaded == total
-    assert dom.count("<table") >= 3 and "trials" in dom
-    ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / "report.png"
-    subprocess.run(
-        [chromium, *flags, "--window-size=1300,3000", f"--screenshot={shot}", page.as_uri()],
-        capture_output=True,
-        timeout=120,
-        check=True,
+    page = Report.from_run(wide_run).write(("html",), out=tmp_path)["html"]
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.read_text().replace("</body>", PROBE + "</body>"), encoding="utf-8")
+    for width in (1280, 1400):
+        flags = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / f'profile-{width}'}",
+            "--virtual-time-budget=5000",
+        ]
+        dom = subprocess.run(
+            [chromium, *flags, f"--window-size={width},1000", "--dump-dom", probe.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+        found = dict(re.findall(r'data-([a-z-]+)="(\d+)"', dom))
+        assert int(found["images"]) >= 4 and found["images-loaded"] == found["images"]
+        assert dom.count("<table") >= 3 and "trials" in dom
+        assert int(found["inner-width"]) == width
+        assert int(found["scroll-width"]) <= width, (width, found)  # nothing past the edge
+        assert found["table-spill"] == "0", (width, found)  # no table needs its scroll bar
+        assert found["backticks"] == "0"  # Markdown code spans became <code>
+        shot = tmp_path / f"report-{width}.png"
+        subprocess.run(
+            [
+                chromium,
+                *flags,
+                f"--window-size={width},3000",
+                f"--screenshot={shot}",
+                page.as_uri(),
+            ],
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        _artifact(shot)
+
+
+def test_summary_renders_markdown_code_as_html_and_recommends(
+    wide_run: Path, tmp_path: Path
+) -> None:
+    report = Report.from_run(wide_run)
+    paths = report.write(("html", "md"), out=tmp_path)
+    page, md = paths["html"].read_text(), paths["md"].read_text()
+    summary = page.split("<h2>Summary</h2>")[1].split("<h2>")[0]
+    assert "`" not in summary and "**" not in summary
+    assert f"<code>{report.label(report.baseline)}</code>" in summary
+    assert "<code>ragbench run --remeasure-latency</code>" in summary
+    pick = report.recommendation()
+    line = next(x for x in md.splitlines() if x.startswith("- **Recommendation**"))
+    assert f"best overall `{report.label(pick.best)}`" in line
+    assert "within the baseline's latency (p50 total ≤" in line
+    assert pick.within is not None and report.label(pick.within) in line
+    assert "<li class='pick'><b>Recommendation</b>: best overall" in summary
+    assert inline_html("`` a`b `` **x** \\| &amp;") == "<code>a`b</code> <b>x</b> | &amp;"
+
+
+def test_the_recommendation_respects_the_latency(wide_run: Path) -> None:
+    report = Report.from_run(wide_run)
+    trials = report.trials.set_index("trial_id")
+    p50 = trials["latency.total.p50_ms"]
+    means = report.stats.loc[report.metric]["mean"]
+    pick = report.recommendation()
+    assert pick.bound == "baseline" and pick.bound_ms == p50[report.baseline]
+    assert means[pick.best] == means.max()
+    fast = means[p50 <= pick.bound_ms]
+    assert pick.within in fast.index and means[pick.within] == fast.max()
+    slowest = float(p50.max())
+    budget = Report.from_run(wide_run, latency_budget_ms=slowest).recommendation()
+    assert budget.bound == "budget" and budget.within == budget.best == pick.best
+    none = Report.from_run(wide_run, latency_budget_ms=float(p50.min()) / 2).recommendation()
+    assert none.within is None
+    with pytest.raises(ConfigError, match=r"^--latency-budget -1: must be a positive"):
+        Report.from_run(wide_run, latency_budget_ms=-1.0)
+
+
+def test_redundant_trials_are_flagged_in_the_dry_run_and_the_report(
+    wide_run: Path, tmp_path: Path
+) -> None:
+    config = _wide_config()
+    planned = dry_run(config, limit_queries=40, cache_root=tmp_path / "cache")
+    flagged = planned[planned["redundant"] != "-"]
+    assert len(flagged) == 3  # dense retrieval reranked by its own embedder, per chunking
+    assert all(
+        label.startswith("dense |") and "rerank:dense" in label for label in flagged["label"]
     )
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = Report.from_run(wide_run)
+    assert set(report.redundant) == set(flagged["trial_id"])
+    values = report.per_query.pivot_table(
+        index=["metric", "query_id"], columns="trial_id", values="value"
+    )
+    for trial_id in report.redundant:  # it ranks as its twin without the reranker
+        label = report.label(trial_id).rsplit(" | rerank:", 1)[0]
+        twin = report.trials.loc[report.trials["label"] == label, "trial_id"].item()
+        assert (values[trial_id] == values[twin]).all()
+    page = report.write(("html", "md"), out=tmp_path / "out")["html"].read_text()
+    assert page.count("<span class='note'>redundant: ") == 3
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "- **3 redundant trial(s)** cannot differ from another trial" in md
+
+
+def test_every_trial_tied_for_best_is_highlighted(tmp_path: Path) -> None:
+    config = {
+        "name": "ties",
+        "dataset": {"path": str(require(DEMO))},
+        "evaluation": {"metrics": ["ndcg@10", "recall@20"], "depth": 20},
+        "sweep": {
+            "chunker": [{"kind": "recursive", "size": [400, 1200]}],
+            "embedder": [HASHING],
+            "retriever": [{"kind": "dense"}],
+            "reranker": [{"kind": "none"}, SAME_MODEL_RERANK],
+        },
+    }
+    out = run(config, tmp_path / "run", cache_root=tmp_path / "c", limit_queries=20, progress=False)
+    report = Report.from_run(out.path)
+    numeric = report.to_dataframe()
+    rows = _trial_rows(report.write(("html",), out=tmp_path / "out")["html"].read_text())
+    for column, metric in enumerate(report.metrics, start=2):  # after "#" and "trial"
+        best = set(numeric.index[numeric[metric] == numeric[metric].max()])
+        assert len(best) == 2  # each chunking's trial with and without the same-model rerank
+        assert {t for t, classes in rows.items() if "best" in classes[column]} == best
+    md = report.write(("md",), out=tmp_path / "md")["md"].read_text()
+    for metric in report.metrics:
+        line = next(x for x in md.splitlines() if x.startswith(f"- **{metric}**"))
+        assert line.endswith("tied with 1 other trial(s))"), line
+
+
+def test_cli_dry_run_flags_redundant_trials(tmp_path: Path, capsys, monkeypatch) -> None:
+    import yaml
+
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "wide.yaml"
+    path.write_text(yaml.safe_dump(_wide_config()), encoding="utf-8")
+    assert main(["run", str(path), "--dry-run", "--limit-queries", "5"]) == 0
+    captured = capsys.readouterr()
+    assert "redundant" in captured.out.splitlines()[0]
+    assert captured.out.count("dense rerank with the retriever's own embedder") == 3
+    assert captured.err.startswith("3 redundant trial(s): they cannot rank differently")
+    quickstart = dry_run(REPO / "experiments" / "quickstart.yaml", cache_root=tmp_path / "cache")
+    assert (quickstart["redundant"] == "-").all()
 
 
 def test_compare_warns_when_runs_differ(run_dir: Path, tmp_path: Path) -> None:
@@ -154,16 +341,49 @@ def test_compare_warns_when_runs_differ(run_dir: Path, tmp_path: Path) -> None:
     assert set(table["run"]) == {"rep"}  # the other run has no ndcg@10
 
 
-def test_cli_report_and_compare(run_dir: Path, tmp_path: Path, capsys) -> None:
+def test_cli_report_and_compare(
+    run_dir: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # reports/ is made in the current folder
     assert main(["report", str(run_dir), "--format", "md", "--baseline", "hybrid"]) == 0
     out = capsys.readouterr().out
-    assert "report.md" in out and "(base)" in out
+    written = Path("reports") / run_dir.name / "report.md"
+    assert f"md     {written}" in out and "(base)" in out and written.is_file()
+    assert not (run_dir / "report.md").exists()  # the run directory is left as it was
+    assert main(["report", str(run_dir), "--format", "md", "--out", "elsewhere"]) == 0
+    assert Path("elsewhere/report.md").is_file()
     assert main(["report", str(tmp_path)]) == 2
     assert "not a ragbench run directory" in capsys.readouterr().err
     assert main(["report", str(run_dir), "--baseline", "no-such-trial"]) == 2
     assert main(["report", str(run_dir), "--metric", "map"]) == 2
     assert main(["compare", str(run_dir), str(run_dir)]) == 0
-    assert "rep" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    compared = Path("reports") / run_dir.name
+    assert "rep" in out and f"csv    {compared / 'compare.csv'}" in out
+    table = pd.read_csv(compared / "compare.csv")
+    assert len(table) == 10 and table["ndcg@10"].is_monotonic_decreasing
+    assert (compared / "compare.md").read_text().startswith("# Comparison\n\n| run | trial_id |")
+    other = tmp_path / "other"
+    shutil.copytree(run_dir, other)
+    assert main(["compare", str(run_dir), str(other), "--out", "cmp"]) == 0
+    assert Path("cmp/compare.md").is_file()
+    assert main(["compare", str(run_dir), str(other)]) == 0
+    assert (Path("reports") / f"{run_dir.name}-vs-other" / "compare.csv").is_file()
+
+
+def test_cli_latency_budget(run_dir: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    p50 = Report.from_run(run_dir).trials["latency.total.p50_ms"]
+    budget = f"{float(p50.max()) * 2:g}"
+    assert main(["report", str(run_dir), "--format", "md", "--latency-budget", budget]) == 0
+    md = (Path("reports") / run_dir.name / "report.md").read_text()
+    assert f"within the latency budget (p50 total ≤ {budget} ms)" in md
+    for bad in ("0", "-5", "fast", "inf"):
+        with pytest.raises(SystemExit) as stop:
+            main(["report", str(run_dir), "--latency-budget", bad])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert "argument --latency-budget: expected a positive number of milliseconds" in err
 
 
 def _unfinished(run_dir: Path, folder: Path) -> Path:
@@ -240,7 +460,7 @@ def test_cli_does_not_turn_library_bugs_into_user_errors(
         main(["compare", str(run_dir)])
 
 
-def test_metric_spellings_and_a_one_query_run(tmp_path: Path, capsys) -> None:
+def test_metric_spellings_and_a_one_query_run(tmp_path: Path, capsys, monkeypatch) -> None:
     import yaml
 
     from ragbench.cli import main
@@ -259,6 +479,7 @@ def test_metric_spellings_and_a_one_query_run(tmp_path: Path, capsys) -> None:
     assert "report skipped:" in err and "needs at least 2 queries; this run has 1" in err
     assert (out / "trials.parquet").is_file()  # the trials are kept
     two = tmp_path / "two"
+    monkeypatch.chdir(tmp_path)  # where reports/ goes
     assert main(["run", str(path), "--out", str(two), "--limit-queries", "5"]) == 0
     capsys.readouterr()
     assert main(["report", str(two), "--metric", "NDCG@10", "--format", "md"]) == 0

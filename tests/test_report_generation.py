@@ -249,7 +249,9 @@ def test_the_summary_names_skipped_metrics_and_why(tmp_path: Path) -> None:
     note = "- **token_f1** skipped by the run: dataset 'set' has no reference answers."
     assert note in summary_lines(report)
     page = report.write(("html", "md"))["html"].read_text()
-    assert "<li>token_f1 skipped by the run: dataset &#x27;set&#x27; has no reference" in page
+    assert (
+        "<li><b>token_f1</b> skipped by the run: dataset &#x27;set&#x27; has no reference" in page
+    )
 
 
 def test_queries_without_a_value_are_left_out_with_a_note(gen_run: Path, tmp_path: Path) -> None:

@@ -48,6 +48,7 @@ from ragbench.registry import (
     components,
     format_validation_error,
 )
+from ragbench.telemetry import TelemetrySpec
 
 __all__ = [
     "DatasetSpec",
@@ -160,6 +161,8 @@ class ExperimentConfig(_Strict):
     sweep: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
     search: SearchSpec = SearchSpec()
     latency: LatencySpec = LatencySpec()
+    telemetry: TelemetrySpec | None = None
+    """OpenTelemetry spans of trials and stages (``ragbench.telemetry``); off without it."""
     prices: dict[str, Price] = Field(default_factory=dict)
     """US dollars per million input and output tokens, by model name (cost columns)."""
     base_dir: Path = Path(".")

@@ -3,15 +3,21 @@
 Quality is computed over every query as fast as the stages allow; latency is measured on a fixed
 sample of queries, one query at a time through the trial's query-time stages (its indexes
 loaded, nothing cached), after a warm-up, ``repeats`` times — each query's time per stage is the
-**minimum over the repeats**, the time it takes when nothing else gets in the way. A repeat
-during which the scheduler took the CPU away from the measuring thread (an involuntary context
-switch: another process ran) does not count and is run again, up to ``retries`` times per
-query, so a busy machine slows the pass down rather than the figures. Torch runs with a fixed
-number of threads during the pass (recorded; with 1, its work is on the measuring thread). The
-pass records the CPU time of each query, the share of repeats that were interrupted and the
-share of the machine other processes used meanwhile (``contention``), so a report can flag
-figures measured on a busy machine. The result is cached like any artifact, with the date and
-machine it was measured on; ``--remeasure-latency`` measures again.
+**minimum over the repeats**, the time it takes when nothing else gets in the way. Torch and the
+BLAS libraries run with a fixed number of threads during the pass (recorded; with 1, the work is
+on the measuring thread).
+
+Other processes get in the way by taking the CPU from the measuring thread. Two defences: a
+repeat during which the scheduler preempted the thread (an involuntary context switch) is run
+again, up to ``retries`` times; and every repeat's time is corrected by the time the thread
+spent runnable but waiting for a CPU (``/proc/thread-self/schedstat``, Linux): each stage's time
+less the wait during its own computation (``Execution.latency(less_waits=True)``). On a machine
+so busy that no repeat runs uninterrupted, the figures are then still those of the work itself
+rather than of the queue. The pass records the CPU time of each query, the share of repeats that
+were interrupted, the time the correction removed and the share of the machine other processes
+used meanwhile (``contention``), so a report can flag figures measured on a busy machine. The
+result is cached like any artifact, with the date and machine it was measured on; ``--remeasure-
+latency`` measures again.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ragbench.retrieve.graph import Env, Execution, Plan
+from ragbench.retrieve.timed import cpu_wait
 
 __all__ = [
     "CONTENTION",
@@ -43,7 +50,7 @@ __all__ = [
     "other_cpu_share",
 ]
 
-FORMAT = 2
+FORMAT = 3
 """Version of the measurement (part of its cache key): a new way of measuring measures again."""
 
 CONTENTION = 0.2
@@ -63,9 +70,11 @@ class LatencyReport:
     threads: int | None
     contention: float | None
     interrupted: float
-    """Share of the timed repeats the scheduler interrupted (run again, not counted)."""
+    """Share of the timed repeats the scheduler interrupted (run again)."""
     measured_at: str
     machine: str
+    waited: float = 0.0
+    """Share of the kept repeats' wall time spent waiting for a CPU (removed from the figures)."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (the cached artifact)."""
@@ -124,19 +133,21 @@ def machine() -> str:
 
 
 @contextmanager
-def _torch_threads(threads: int | None) -> Iterator[int | None]:
-    """Torch's intra-op threads fixed to ``threads`` for the block (when torch is loaded)."""
+def _threads(threads: int | None) -> Iterator[int | None]:
+    """Torch's intra-op threads and the BLAS libraries' threads fixed to ``threads`` for the
+    block (torch when it is loaded); yields torch's thread count (None without torch)."""
+    from threadpoolctl import threadpool_limits
+
     torch = sys.modules.get("torch")
-    if torch is None:
-        yield None
-        return
-    previous = torch.get_num_threads()
-    if threads is not None:
+    previous = torch.get_num_threads() if torch is not None else None
+    if torch is not None and threads is not None:
         torch.set_num_threads(threads)
     try:
-        yield int(torch.get_num_threads())
+        with threadpool_limits(limits=threads):
+            yield int(torch.get_num_threads()) if torch is not None else None
     finally:
-        torch.set_num_threads(previous)
+        if torch is not None and previous is not None:
+            torch.set_num_threads(previous)
 
 
 def measure(
@@ -147,33 +158,37 @@ def measure(
     queries: Sequence[str],
     repeats: int = 3,
     threads: int | None = 1,
-    retries: int = 10,
+    retries: int = 3,
 ) -> LatencyReport:
     """Time ``plan``'s query-time stages on each query alone (indexes ``provided``), after one
-    warm-up query, ``repeats`` uninterrupted times (an interrupted repeat is run again, up to
-    ``retries`` more times per query); per query and stage the fastest repeat counts."""
+    warm-up query, ``repeats`` times (an interrupted repeat is run again, up to ``retries`` more
+    times per query, and every repeat's time is corrected by its wait for a CPU); per query and
+    stage the fastest repeat counts."""
     best: list[dict[str, float]] = [{} for _ in queries]
     cpu = np.full(len(queries), np.inf)
     runs = interrupted = 0
-    with _torch_threads(threads) as used:
+    kept_wall = kept_wait = 0.0
+    with _threads(threads) as used:
         if queries:
             _one(plan, env, provided, queries[0])  # loads models and warms caches
         start, started = cpu_times(), time.perf_counter()
         for _ in range(repeats):
             for i, text in enumerate(queries):
                 for attempt in range(retries + 1):
-                    switches = _preempted()
-                    before = time.process_time()
+                    switches, queued = _preempted(), cpu_wait()
+                    before, began = time.process_time(), time.perf_counter()
                     seconds = _one(plan, env, provided, text)
+                    wall = time.perf_counter() - began
                     spent = time.process_time() - before
+                    wait = min(wall, cpu_wait() - queued)
                     runs += 1
                     clean = _preempted() == switches
                     interrupted += 0 if clean else 1
-                    if clean or attempt == retries or not best[i]:
+                    if clean or attempt == retries:
+                        kept_wall, kept_wait = kept_wall + wall, kept_wait + wait
                         cpu[i] = min(cpu[i], spent)
                         for stage, value in seconds.items():
                             best[i][stage] = min(best[i].get(stage, np.inf), value)
-                    if clean:
                         break
         contention = other_cpu_share(start, cpu_times(), time.perf_counter() - started)
     stages = {s: [b[s] for b in best] for s in (best[0] if best else {})}
@@ -189,6 +204,7 @@ def measure(
         interrupted=interrupted / runs if runs else 0.0,
         measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
         machine=machine(),
+        waited=kept_wait / kept_wall if kept_wall > 0 else 0.0,
     )
 
 
@@ -199,7 +215,7 @@ def _preempted() -> int:
 
 
 def _one(plan: Plan, env: Env, provided: Mapping[str, Any], text: str) -> dict[str, float]:
-    """Seconds per timed stage for one query."""
+    """Seconds per timed stage for one query, less each stage's wait for a CPU."""
     live = dataclasses.replace(env, queries=[text], warm_up=False)
-    latency = Execution(plan, live, provided=provided).latency()
+    latency = Execution(plan, live, provided=provided).latency(less_waits=True)
     return {stage: float(seconds[0]) for stage, seconds in latency.items()}

@@ -30,6 +30,7 @@ from typing import Any, Literal
 import pandas as pd
 from tqdm.auto import tqdm
 
+from ragbench import telemetry
 from ragbench.endpoints import describe_endpoints
 from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.metrics import best_first, best_index, parse_metrics
@@ -42,7 +43,7 @@ from ragbench.experiment.trial import EXCERPT, Context, RunSpec, context
 from ragbench.index.cache import default_cache_root
 from ragbench.models import check_models
 
-__all__ = ["RunResult", "dry_run", "find_trial", "run"]
+__all__ = ["RunResult", "dry_run", "find_trial", "redundancy", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +210,7 @@ def run(
         )
     _check_limit(limit_queries)
     cfg = config if isinstance(config, ExperimentConfig) else load_config(config)
+    telemetry.setup(cfg.telemetry)  # a missing exporter package fails before anything runs
     store = RunStore(Path(out) if out is not None else Path("runs") / cfg.name)
     with store.hold():
         root = str(cache_root or default_cache_root())
@@ -311,13 +313,40 @@ def find_trial(run: str | Path | RunStore, wanted: str) -> Trial:
     raise DataError(f"{store.path}: trial {wanted!r} is not in the run's config any more")
 
 
+# Embedder options that do not change the vectors it computes.
+_SAME_VECTORS = frozenset({"batch_size", "device"})
+
+
+def redundancy(effective: Mapping[str, Any]) -> str | None:
+    """Why a trial cannot rank differently from another trial of its sweep, or None.
+
+    ``effective`` is a trial's effective config (``Trial.effective()``, the ``config`` column
+    of ``trials.parquet``). A dense reranker with the trial's own embedder over dense-only
+    retrieval of the original queries rescores the candidates by the very cosine they were
+    retrieved by: the trial ranks as the same retrieval without the reranker."""
+    retriever, reranker = effective.get("retriever") or {}, effective.get("reranker") or {}
+    if retriever.get("kind") != "dense" or reranker.get("kind") != "dense":
+        return None
+    if (effective.get("query") or {}).get("kind", "none") != "none":
+        return None  # the retriever searched with transformed queries; the reranker does not
+
+    def vectors(embedder: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in embedder.items() if k not in _SAME_VECTORS}
+
+    own, reranker_embedder = effective.get("embedder"), reranker.get("embedder")
+    if own is None or reranker_embedder is None or vectors(own) != vectors(reranker_embedder):
+        return None
+    return "dense rerank with the retriever's own embedder: ranks as the dense retrieval alone"
+
+
 def dry_run(
     config: str | Path | Mapping[str, Any] | ExperimentConfig,
     limit_queries: int | None = None,
     cache_root: str | Path | None = None,
 ) -> pd.DataFrame:
-    """The trials a config would run, per stage whether its artifact is already cached, and
-    the endpoints (with the credential each is sent) the trial calls."""
+    """The trials a config would run, per stage whether its artifact is already cached, the
+    endpoints (with the credential each is sent) the trial calls, and why a trial cannot rank
+    differently from another one (``redundancy``; "-" when it can)."""
     _check_limit(limit_queries)
     cfg = config if isinstance(config, ExperimentConfig) else load_config(config)
     check_models((t.configs for t in expand(cfg)), cfg.sweep)
@@ -334,6 +363,7 @@ def dry_run(
                 "cached": sum(cached.values()),
                 "missing": ", ".join(s for s, hit in cached.items() if not hit) or "-",
                 "endpoints": describe_endpoints(trial.configs),
+                "redundant": redundancy(trial.effective()) or "-",
             }
         )
     return pd.DataFrame(rows)

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ragbench import telemetry
 from ragbench.data import load_dataset
 from ragbench.data.catalog import resolve_dataset
 from ragbench.data.labeled import LabeledSet
@@ -209,7 +210,21 @@ def compile_trial(
 
 
 def run_trial(spec: RunSpec, trial: Trial) -> TrialResult:
-    """Run one trial in this process (the function executors ship to workers)."""
+    """Run one trial in this process (the function executors ship to workers), in a ``trial``
+    telemetry span whose children are its stages (``ragbench.telemetry``)."""
+    telemetry.setup(spec.config.telemetry)
+    with telemetry.span("trial", trial_id=trial.id, label=trial.label) as span:
+        result = _run_trial(spec, trial)
+        span.set(
+            status=result.status, cache_hits=result.cache_hits, cache_misses=result.cache_misses
+        )
+        if result.status != "ok":
+            span.fail(result.error)
+    telemetry.flush()
+    return result
+
+
+def _run_trial(spec: RunSpec, trial: Trial) -> TrialResult:
     started = time.perf_counter()
     result = TrialResult(trial.id, trial.label, trial.params(), trial.effective())
     try:
@@ -220,9 +235,10 @@ def run_trial(spec: RunSpec, trial: Trial) -> TrialResult:
         ranking = execution.output
         result.index_build_s = execution.build_seconds()
         chunks = execution[execution.plan.chunks]
-        _evaluate(ctx, ranking, chunks.table, result)
         answers = execution[execution.plan.answers] if execution.plan.answers else None
-        _evaluate_answers(ctx, ranking, chunks, answers, result)
+        with telemetry.span("evaluate", metrics=len(ctx.metrics), queries=len(ctx.query_ids)):
+            _evaluate(ctx, ranking, chunks.table, result)
+            _evaluate_answers(ctx, ranking, chunks, answers, result)
         result.usage = _costs(execution.usage(), spec.config.prices)
         result.counters = execution.counters()
         result.traces = execution.traces()
@@ -237,6 +253,7 @@ def run_trial(spec: RunSpec, trial: Trial) -> TrialResult:
                 "threads": report.threads,
                 "contention": report.contention,
                 "interrupted": report.interrupted,
+                "waited": report.waited,
                 "measured_at": report.measured_at,
                 "machine": report.machine,
             }
@@ -268,12 +285,19 @@ def _latency(ctx: Context, execution: Execution, remeasure: str | None) -> Laten
         ctx.cache.forget("latency", key)
         ctx.remeasured.add((remeasure, key))
 
+    measured: list[bool] = []
+
     def compute() -> LatencyReport:
+        measured.append(True)
         provided = {s.name: execution[s.name] for s in plan.index_stages()}
         texts = [text for _, text in ctx.latency_sample]
-        return measure(plan, ctx.env, provided, ids, texts, settings.repeats, settings.threads)
+        with telemetry.suppressed():  # each query runs alone, repeatedly: no span per stage
+            return measure(plan, ctx.env, provided, ids, texts, settings.repeats, settings.threads)
 
-    return ctx.cache.get("latency", key, compute, _save_latency, _load_latency)
+    with telemetry.span("latency", key=key, queries=len(ids)) as span:
+        report = ctx.cache.get("latency", key, compute, _save_latency, _load_latency)
+        span.set(cache_hit=not measured)
+    return report
 
 
 def _save_latency(report: LatencyReport, path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Dense vector stores: ``exact`` (float32 matrix, dot product) and ``hnsw`` (hnswlib graph).
+"""Dense vector stores: ``exact`` (float32 matrix, dot product) and ``hnsw`` (hnswlib graph);
+``lancedb`` (a LanceDB table) lives in ``ragbench.index.lancedb_store`` and shares the helpers here.
 
 Both map string chunk ids to vectors with optional metadata, replace a vector when its id is
 added again, ignore deletes of unknown ids, filter by exact match on every key of a metadata

@@ -10,8 +10,9 @@ import pandas as pd
 from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.metrics import best_first, parse_metric
 from ragbench.experiment.store import RunStore
+from ragbench.report.tables import markdown_table, md_text
 
-__all__ = ["compare_runs"]
+__all__ = ["compare_folder", "compare_runs", "write_comparison"]
 
 
 def _differences(manifests: dict[str, dict]) -> list[str]:
@@ -83,3 +84,26 @@ def compare_runs(
     columns = ["run", "trial_id", "label", metric, "latency.total.p50_ms", "latency.total.p95_ms"]
     table = table[[c for c in columns if c in table.columns]]
     return best_first(table, metric), warnings
+
+
+def compare_folder(run_dirs: Sequence[Path | str]) -> Path:
+    """Where ``ragbench compare`` writes by default: ``reports/<run-name>/`` under the current
+    folder (``reports/<a>-vs-<b>/`` for several runs, each named once, in the order given)."""
+    names = dict.fromkeys(Path(d).resolve().name for d in run_dirs)
+    return Path("reports") / "-vs-".join(names)
+
+
+def write_comparison(
+    table: pd.DataFrame, warnings: Sequence[str], out: Path | str
+) -> dict[str, Path]:
+    """Write ``compare.md`` (the warnings, then the table) and ``compare.csv`` (the table)
+    into ``out``; returns the paths written by format."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = ["# Comparison", ""]
+    lines += [f"- warning: {md_text(w)}" for w in warnings] + ([""] if warnings else [])
+    lines += [markdown_table(table, index=False), ""]
+    written = {"md": folder / "compare.md", "csv": folder / "compare.csv"}
+    written["md"].write_text("\n".join(lines), encoding="utf-8")
+    table.to_csv(written["csv"], index=False)
+    return written

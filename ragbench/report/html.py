@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
-from ragbench.evaluate.metrics import best_index, higher_is_better
+from ragbench.evaluate.metrics import higher_is_better
 from ragbench.report.markdown import summary_lines
+from ragbench.report.plots import short_labels
 
 if TYPE_CHECKING:
     from ragbench.report.report import Report
 
-__all__ = ["render_html"]
+__all__ = ["inline_html", "render_html"]
 
 _CAPTIONS = {
     "pareto": "Quality against p95 latency per query; the Pareto front is highlighted.",
@@ -27,30 +30,44 @@ _CAPTIONS = {
     "at_k": "The metric at every cutoff k for the five best trials.",
 }
 
+# Tables stay inside the page: labels and headers wrap, numbers do not; a table that is still
+# too wide (many stages or metrics) scrolls inside its own box with the trial column pinned.
 _STYLE = """
+*, *::before, *::after { box-sizing: border-box; }
 body { font: 14px/1.45 system-ui, -apple-system, Segoe UI, sans-serif; margin: 2rem auto;
-       max-width: 1280px; padding: 0 1rem; color: #1d2330; }
+       max-width: 1280px; padding: 0 1rem; color: #1d2330; overflow-wrap: anywhere; }
 h1 { margin-bottom: .2rem; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #dde; }
 .meta { color: #5a6275; }
-table { border-collapse: collapse; margin: .6rem 0; font-size: 13px; }
-th, td { border: 1px solid #dde; padding: 4px 8px; text-align: right; vertical-align: top;
-         white-space: nowrap; }
-th { background: #f2f4f8; }
-td.label, th.label { text-align: left; white-space: normal; min-width: 260px; }
+.wide { max-width: 100%; overflow-x: auto; margin: .6rem 0; }
+table { border-collapse: separate; border-spacing: 0; font-size: 13px; }
+th, td { border: 1px solid #dde; border-width: 0 1px 1px 0; padding: 4px 7px;
+         text-align: right; vertical-align: top; white-space: nowrap; background: #fff; }
+tr > :first-child { border-left-width: 1px; } thead th, table.kv tr:first-child > * {
+  border-top-width: 1px; }
+th { background: #f2f4f8; white-space: normal; min-width: 4.5em; overflow-wrap: normal; }
+.wide tr > :first-child { position: sticky; left: 0; z-index: 1; }
+td.label, th.label { text-align: left; white-space: normal; min-width: 12em; max-width: 36em; }
+td.rank { color: #5a6275; }
+td .ci { color: #5a6275; font-size: 12px; }
+td .id { color: #8a90a0; font-size: 11px; }
+td .note { color: #8a5a00; font-size: 11px; }
 td.best { font-weight: 700; background: #e8f6ec; }
 td.base { background: #f6f6fb; }
 .up { color: #137a34; } .down { color: #b3261e; }
-figure { display: inline-block; margin: .5rem 1rem 1rem 0; vertical-align: top; }
-figure img { max-width: 620px; border: 1px solid #e4e6ee; }
-figcaption { color: #5a6275; font-size: 12px; max-width: 620px; }
+li.pick { font-size: 15px; margin-bottom: .3rem; }
+figure { display: inline-block; margin: .5rem 1rem 1rem 0; vertical-align: top;
+         max-width: min(100%, 620px); }
+figure img { max-width: 100%; border: 1px solid #e4e6ee; }
+figcaption { color: #5a6275; font-size: 12px; }
 .query { margin: 1rem 0 1.6rem; } .query h3 { font-size: 15px; margin-bottom: .3rem; }
-.cols { display: grid; grid-template-columns: 1fr 1fr 1fr; gap: 1rem; }
+.cols { display: grid; grid-template-columns: repeat(3, minmax(0, 1fr)); gap: 1rem; }
 .chunk { font-size: 12px; background: #fafbfd; border-left: 3px solid #c9cfdd;
          padding: 4px 8px; margin: 4px 0; white-space: pre-wrap; }
 .gold .chunk { border-left-color: #d4a72c; }
 .answer { font-size: 12px; background: #eef4ff; border-left: 3px solid #5b7fd6;
           padding: 4px 8px; margin: 4px 0; white-space: pre-wrap; }
-pre { background: #f6f8fa; padding: .8rem; overflow-x: auto; font-size: 12px; }
+pre { background: #f6f8fa; padding: .8rem; overflow-x: auto; font-size: 12px;
+      overflow-wrap: normal; }
 """
 
 _SCRIPT = """
@@ -81,41 +98,83 @@ def _spent(numeric: pd.DataFrame, column: str) -> pd.Series | None:
     return None
 
 
+def _best(values: pd.Series, lowest: bool) -> set[Hashable]:
+    """Every trial whose value ties the best one (the lowest, or the highest)."""
+    found = values.dropna()
+    if found.empty:
+        return set()
+    top = found.min() if lowest else found.max()
+    return set(found.index[np.isclose(found, top, rtol=0.0, atol=1e-12)])
+
+
+def _label(text: str) -> str:
+    """A trial label that may break after each ``|`` (long labels wrap, not widen the table)."""
+    return " |<wbr> ".join(_e(part) for part in text.split(" | "))
+
+
+def _value(text: str) -> str:
+    """A ``mean ± half-CI ▲`` cell: the interval may go to a second line, in grey."""
+    mean, sep, rest = text.partition(" ± ")
+    shown = _e(mean) + (f" <span class='ci'>±&nbsp;{_e(rest)}</span>" if sep else "")
+    return shown.replace("▲", "<span class='up'>▲</span>").replace(
+        "▼", "<span class='down'>▼</span>"
+    )
+
+
 def _trial_table(report: Report, stages: bool) -> str:
-    """Metrics with total latency, tokens and cost, or (``stages``) those of every stage."""
+    """Metrics with total latency, tokens and cost, or (``stages``) those of every stage.
+
+    The first column is the trial's rank by the primary metric (the same number in both
+    tables); the table of metrics has the whole label and trial id, the table of stages only
+    the parts of the label that differ between trials."""
     numeric = report.to_dataframe()
     shown = report.display_table(stages=stages)
     if stages:
         shown = shown[["trial", *[c for c in shown.columns if _spent(numeric, c) is not None]]]
-    best: dict[Hashable, set[object]] = {}
-    for metric in report.metrics:
-        best[metric] = {best_index(numeric[metric], metric)}
+        labels = short_labels(list(shown["trial"]), None)
+    else:
+        labels = list(shown["trial"])
+    best: dict[Hashable, set[Hashable]] = {
+        metric: _best(numeric[metric], lowest=not higher_is_better(metric))
+        for metric in report.metrics
+    }
     for column in shown.columns:
         values = _spent(numeric, column)
         if values is not None:
-            best[column] = set(values.index[values == values.min()])
+            best[column] = _best(values, lowest=True)
     head = "".join(
-        f'<th class="{"label" if c in ("id", "trial") else ""}">{_e(c)}</th>'
-        for c in ["id", *shown]
+        f'<th class="{"label" if c == "trial" else ""}">{_e(c)}</th>' for c in ["#", *shown]
     )
+    redundant = report.redundant
     rows = []
-    for trial_id, row in shown.iterrows():
-        cells = [f"<td class='label'><code>{_e(trial_id)}</code></td>"]
+    for rank, ((trial_id, row), label) in enumerate(
+        zip(shown.iterrows(), labels, strict=True), start=1
+    ):
+        base = " base" if trial_id == report.baseline else ""
+        cells = [f"<td class='rank{base}'>{rank}</td>"]
         for name, value in row.items():
             classes = ["label"] if name == "trial" else []
             if trial_id in best.get(name, ()):
                 classes.append("best")
             if trial_id == report.baseline:
                 classes.append("base")
-            text = (
-                _e(value)
-                .replace("▲", "<span class='up'>▲</span>")
-                .replace("▼", "<span class='down'>▼</span>")
-            )
+            if name != "trial":
+                text = _value(str(value))
+            elif stages:
+                text = _label(label)
+            else:
+                text = f"{_label(label)}<br><code class='id'>{_e(trial_id)}</code>"
+                if trial_id in redundant:
+                    text += (
+                        f"<br><span class='note'>redundant: {_e(redundant[str(trial_id)])}</span>"
+                    )
             cells.append(f"<td class='{' '.join(classes)}'>{text}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     body = "".join(rows)
-    return f"<table class='trials'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return (
+        f"<div class='wide'><table class='trials'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{body}</tbody></table></div>"
+    )
 
 
 def _selection(report: Report) -> str:
@@ -123,7 +182,8 @@ def _selection(report: Report) -> str:
     if table is None:
         return ""
     body = table.to_html(index=False, float_format=lambda v: f"{v:.4f}", border=0)
-    return f"<h2>Honest selection</h2><p class='meta'>{_e(report.selection_note())}</p>{body}"
+    note = _e(report.selection_note())
+    return f"<h2>Honest selection</h2><p class='meta'>{note}</p><div class='wide'>{body}</div>"
 
 
 def _figures(images: dict[str, bytes]) -> str:
@@ -204,7 +264,7 @@ def _environment(report: Report) -> str:
         f"<tr><th class='label'>{_e(k)}</th><td class='label'>{_e(v)}</td></tr>"
         for k, v in items.items()
     )
-    return f"<table>{rows}</table>"
+    return f"<table class='kv'>{rows}</table>"
 
 
 def _stages_heading(report: Report) -> str:
@@ -216,17 +276,59 @@ def _stages_heading(report: Report) -> str:
     )
 
 
+# Markdown inline syntax of the summary lines (``tables.md_text`` / ``md_code``): a backslash
+# escape, an entity md_text wrote, a code span (any run of backticks, closed by the same run),
+# bold markers, or one other character.
+_INLINE = re.compile(
+    r"\\(?P<escaped>[\\`\[\]|])|(?P<entity>&(?:amp|lt|gt);)"
+    r"|(?P<fence>`+)(?P<code>.*?[^`]|)(?P=fence)(?!`)|(?P<bold>\*\*)|(?P<char>.)",
+    re.DOTALL,
+)
+
+
+def inline_html(line: str) -> str:
+    """One Markdown line of the summary as HTML: code spans as ``<code>``, ``**`` as bold,
+    escapes and entities resolved, everything else escaped (no backtick or ``**`` is left)."""
+    out, bold = [], False
+    for match in _INLINE.finditer(line):
+        if match["escaped"] is not None:
+            out.append(_e(match["escaped"]))
+        elif match["entity"] is not None:
+            out.append(match["entity"])
+        elif match["fence"] is not None:
+            code = match["code"]
+            if code.startswith(" ") and code.endswith(" ") and code.strip():
+                code = code[1:-1]
+            out.append(f"<code>{_e(code)}</code>")
+        elif match["bold"] is not None:
+            out.append("</b>" if bold else "<b>")
+            bold = not bold
+        else:
+            out.append(_e(match["char"]))
+    return "".join(out) + ("</b>" if bold else "")
+
+
+def _summary(report: Report) -> str:
+    """The summary's sentences and its list (the recommendation first, highlighted)."""
+    lines = summary_lines(report)
+    texts = "".join(f"<p>{inline_html(line)}</p>" for line in lines if not line.startswith("- "))
+    items = "".join(
+        ("<li class='pick'>" if line.startswith("- **Recommendation**") else "<li>")
+        + f"{inline_html(line[2:])}</li>"
+        for line in lines
+        if line.startswith("- ")
+    )
+    return f"{texts}<ul>{items}</ul>"
+
+
 def render_html(report: Report, images: dict[str, bytes]) -> str:
     """The whole report as one HTML document."""
     manifest = report.manifest
     dataset = manifest["dataset"]
-    summary = "".join(
-        f"<li>{_e(line[2:])}</li>" if line.startswith("- ") else f"<p>{_e(line)}</p>"
-        for line in summary_lines(report)
-    ).replace("**", "")
     failed = ""
     if not report.failed.empty:
-        failed = "<h2>Failed trials</h2>" + pd.DataFrame(report.failed).to_html(index=False)
+        table = pd.DataFrame(report.failed).to_html(index=False)
+        failed = f"<h2>Failed trials</h2><div class='wide'>{table}</div>"
     config = yaml.safe_dump(manifest["config"], sort_keys=False)
     meta = (
         f"Dataset <b>{_e(dataset['name'])}</b> ({_e(dataset['split'])}, "
@@ -241,11 +343,12 @@ def render_html(report: Report, images: dict[str, bytes]) -> str:
 <body>
 <h1>{_e(manifest["config"]["name"])}</h1>
 <p class="meta">{meta}</p>
-<h2>Summary</h2><ul>{summary}</ul>
+<h2>Summary</h2>{_summary(report)}
 <h2>Trials</h2>
 <p class="meta">Mean ± half the {int(100 * 0.95)}% bootstrap interval; ▲/▼: significantly
-better/worse than the baseline after correction; best value per column highlighted (latency:
-lowest p95; tokens and cost: lowest).</p>
+better/worse than the baseline after correction; best value per column highlighted, every
+trial tied for it (latency: lowest p95; tokens and cost: lowest); #: rank by
+{_e(report.metric)}, the same in both tables.</p>
 {_trial_table(report, stages=False)}
 <h3>{_e(_stages_heading(report))}</h3>
 {_trial_table(report, stages=True)}

@@ -18,16 +18,18 @@ from ragbench.report.tables import markdown_table, md_code, md_fence, md_text
 if TYPE_CHECKING:
     from ragbench.report.report import Report
 
-__all__ = ["render_markdown", "summary_lines"]
+__all__ = ["recommendation_line", "render_markdown", "summary_lines"]
 
 
 def summary_lines(report: Report) -> list[str]:
-    """Plain sentences: the baseline, the best trial per metric with its difference, then
-    metrics the run skipped or the report could not test (and why) and unknown costs."""
+    """Plain sentences: the baseline, the recommendation, the best trial per metric with its
+    difference, then redundant trials, metrics the run skipped or the report could not test
+    (and why) and unknown costs."""
     base = md_code(report.label(report.baseline))
     lines = [
         f"Baseline: {base}. Test: {report.test}, {report.correction} correction, "
-        f"alpha {report.alpha}; ▲/▼ mark significant differences from the baseline."
+        f"alpha {report.alpha}; ▲/▼ mark significant differences from the baseline.",
+        recommendation_line(report),
     ]
     stats = report.stats
     for metric in report.metrics:
@@ -37,17 +39,63 @@ def summary_lines(report: Report) -> list[str]:
         wins, losses = int(row["wins"]), int(row["losses"])  # wins: higher than the baseline
         if not higher_is_better(metric):
             wins, losses = losses, wins
+        tied = int((part["mean"] == row["mean"]).sum()) - 1
+        ties = f"; tied with {tied} other trial(s)" if tied else ""
         if best == report.baseline:
-            lines.append(f"- **{md_text(metric)}**: the baseline is best ({row['mean']:.4f}).")
+            lines.append(
+                f"- **{md_text(metric)}**: the baseline is best ({row['mean']:.4f}{ties})."
+            )
             continue
         verdict = "significant" if row["significant"] else "not significant"
         lines.append(
             f"- **{md_text(metric)}**: {md_code(report.label(best))} {row['mean']:.4f} "
             f"({row['delta']:+.4f} vs baseline, p_adj = {row['p_adjusted']:.3g}, {verdict}; "
             f"95% CI {row['ci_low']:.4f}–{row['ci_high']:.4f}; "
-            f"wins/ties/losses {wins}/{int(row['ties'])}/{losses})"
+            f"wins/ties/losses {wins}/{int(row['ties'])}/{losses}{ties})"
         )
-    return lines + _notes(report)
+    return lines + _redundant(report) + _notes(report)
+
+
+def recommendation_line(report: Report) -> str:
+    """One line: the best configuration on the primary metric, and the best whose p50 total
+    latency is within the baseline's (or the latency budget)."""
+    pick = report.recommendation()
+    metric = report.metric
+    means = report.stats.loc[metric]["mean"]
+    latency = report.trials.set_index("trial_id").get("latency.total.p50_ms")
+
+    def trial(trial_id: str) -> str:
+        ms = latency[trial_id] if latency is not None else float("nan")
+        cost = f", p50 {ms:.3g} ms" if ms == ms else ""
+        return f"{md_code(report.label(trial_id))} ({metric} {means[trial_id]:.4f}{cost})"
+
+    line = f"- **Recommendation**: best overall {trial(pick.best)}"
+    if pick.bound_ms is None:
+        return line + "; the run measured no latency, so there is no pick within a latency bound."
+    bound = (
+        f"the baseline's latency (p50 total ≤ {pick.bound_ms:.3g} ms)"
+        if pick.bound == "baseline"
+        else f"the latency budget (p50 total ≤ {pick.bound_ms:g} ms)"
+    )
+    if pick.within is None:
+        return line + f"; no trial is within {bound}."
+    if pick.within == pick.best:
+        return line + f", also the best within {bound}."
+    return line + f"; best within {bound}: {trial(pick.within)}."
+
+
+def _redundant(report: Report) -> list[str]:
+    """Trials that cannot rank differently from another trial of the sweep, and why."""
+    found = report.redundant
+    if not found:
+        return []
+    listed = "; ".join(md_code(report.label(t)) for t in list(found)[:3])
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    reasons = "; ".join(sorted(set(found.values())))
+    return [
+        f"- **{len(found)} redundant trial(s)** cannot differ from another trial: {listed}{more} "
+        f"({md_text(reasons)}). Drop them from the sweep."
+    ]
 
 
 def _notes(report: Report) -> list[str]:
@@ -93,7 +141,7 @@ def _latency_notes(trials: pd.DataFrame) -> list[str]:
     threads = first.get("latency.threads")
     lines = [
         f"- Latency: {int(first['latency.queries'])} sampled queries, each alone, the fastest "
-        f"of {int(first['latency.repeats'])} repeats"
+        f"of {int(first['latency.repeats'])} repeats less the time spent waiting for a CPU"
         + (f", torch at {int(threads)} thread(s)" if threads == threads and threads else "")
         + f"; measured {', '.join(when)} on {md_text('; '.join(machines))} "
         "(cached: `ragbench run --remeasure-latency` measures again)."
@@ -105,7 +153,8 @@ def _latency_notes(trials: pd.DataFrame) -> list[str]:
             f"- **Latency of {len(busy)} trial(s) was measured under contention**: other "
             f"processes used up to {share.max():.0%} of the CPU meanwhile "
             f"({md_text(', '.join(busy['label'].head(3)))}{', ...' if len(busy) > 3 else ''}); "
-            "their latency may read high. Measure again on a quiet machine."
+            "the time they waited for a CPU was taken out of their figures, but cache and "
+            "memory contention was not: measure again on a quiet machine to be sure."
         )
     return lines
 

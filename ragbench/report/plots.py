@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import io
 import re
+import textwrap
 import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import matplotlib as mpl
 import numpy as np
 import pandas as pd
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from ragbench.errors import ConfigError, DataError
@@ -30,6 +33,8 @@ from ragbench.evaluate.metrics import higher_is_better
 from ragbench.report.tables import spend
 
 __all__ = [
+    "NARROW",
+    "chunker_kinds",
     "heatmap",
     "kind_colour",
     "metric_at_k",
@@ -56,6 +61,11 @@ _LATENCY = re.compile(r"latency\.(?P<stage>[^.]+)\.(?P<pct>p\d+)_ms")
 _NUMBER_OFFSETS = [(6, 4), (6, -12), (-14, 4)]
 _DPI = 110
 _WIN, _LOSS, _NEUTRAL = "#2ca02c", "#d62728", "#7f7f7f"
+_WRAP = 80  # characters per line of a trial label in a legend
+NARROW = 0.05
+"""A colour scale spanning less than this share of its values' magnitude (at least 1) says so
+in its title: colours far apart on the scale may be close in value. Every colour bar states the
+range it spans."""
 
 
 # ---------------------------------------------------------------- shared helpers
@@ -86,18 +96,23 @@ def kind_colour(kind: object) -> tuple[float, float, float, float]:
 
 
 def short_labels(
-    labels: Sequence[str] | pd.Series, width: int = 48, among: Sequence[str] | None = None
+    labels: Sequence[str] | pd.Series, width: int | None = 48, among: Sequence[str] | None = None
 ) -> list[str]:
     """Trial labels without the ``" | "`` parts shared by every label of ``among`` (default:
-    ``labels``), cut to ``width`` characters."""
+    ``labels``), cut to ``width`` characters (``None``: whole)."""
     context = [str(label).split(" | ") for label in (labels if among is None else among)]
     common = set.intersection(*(set(p) for p in context)) if context else set()
     out = []
     for parts in (str(label).split(" | ") for label in labels):
         kept = [p for p in parts if p not in common] or parts[:1]
         text = " | ".join(kept)
-        out.append(text if len(text) <= width else text[: width - 1] + "…")
+        out.append(text if width is None or len(text) <= width else text[: width - 1] + "…")
     return out
+
+
+def _wrapped(text: str, width: int = _WRAP) -> str:
+    """``text`` on lines of at most ``width`` characters, broken at spaces (whole, never cut)."""
+    return textwrap.fill(text, width, break_on_hyphens=False)
 
 
 def _usable(trials: pd.DataFrame, columns: Sequence[str], what: str) -> pd.DataFrame:
@@ -119,6 +134,18 @@ def _new_figure(width: float = 8.0, height: float = 5.0) -> tuple[Figure, Axes]:
 
 def _legend_outside(ax: Axes, title: str | None = None) -> None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, title=title)
+
+
+def _legend_below(fig: Figure, handles: Sequence[Artist], labels: Sequence[str], **kw: Any) -> None:
+    """A legend under the plot, in the figure's layout (labels wrapped, never cut)."""
+    fig.legend(
+        handles,
+        [_wrapped(label) for label in labels],
+        loc="outside lower center",
+        alignment="left",
+        fontsize=9,
+        **kw,
+    )
 
 
 def _latency_label(column: str) -> str:
@@ -293,7 +320,8 @@ def _pareto(
     ax.set_title(f"{metric} vs {label.split(' (')[0]}: Pareto front")
     ax.grid(alpha=0.3)
     _legend_outside(ax)
-    ax.text(1.02, 0.0, key, transform=ax.transAxes, va="bottom", fontsize=8, family="monospace")
+    blank = [Line2D([], [], linestyle="none") for _ in key]
+    _legend_below(fig, blank, key, title="Pareto front", handlelength=0, handletextpad=0)
     return fig
 
 
@@ -323,15 +351,18 @@ def _mark_baseline(
     )
 
 
-def _number_front(ax: Axes, ok: pd.DataFrame, front: pd.DataFrame, metric: str, x: str) -> str:
-    """Number the front points on the plot; return the key (number → short label)."""
+def _number_front(
+    ax: Axes, ok: pd.DataFrame, front: pd.DataFrame, metric: str, x: str
+) -> list[str]:
+    """Number the front points on the plot; return the key, one whole label per number
+    (without the parts every trial's label shares)."""
     column = "label" if "label" in ok.columns else "trial_id"
-    names = short_labels(front[column].astype(str), among=ok[column].astype(str).tolist())
+    names = short_labels(front[column].astype(str), None, among=ok[column].astype(str).tolist())
     points = zip(front[x], front[metric], strict=True)
     for i, point in enumerate(points, start=1):
         offset = _NUMBER_OFFSETS[i % len(_NUMBER_OFFSETS)]
         ax.annotate(str(i), point, xytext=offset, textcoords="offset points", weight="bold")
-    return "Pareto front\n" + "\n".join(f"{i:>2} {n}" for i, n in enumerate(names, start=1))
+    return [f"{i}. {name}" for i, name in enumerate(names, start=1)]
 
 
 def _cost_axis(ax: Axes, values: pd.Series, label: str) -> None:
@@ -360,19 +391,20 @@ def per_query_difference(
     better = diff > 0 if higher_is_better(metric) else diff < 0
     wins, losses = int(better.sum()), int(((diff != 0) & ~better).sum())
     ties = len(diff) - wins - losses
-    fig, ax = _new_figure(max(8.0, min(16.0, len(diff) * 0.12)), 4.5)
+    fig, ax = _new_figure(9.0, 5.0)
     changed = diff[diff != 0]
     positions = np.flatnonzero(diff.to_numpy() != 0)
     colours = [_WIN if b else _LOSS for b in better[diff != 0]]
     ax.bar(positions, changed.to_numpy(), width=0.85, color=colours)
     ax.axhline(0, color=_NEUTRAL, linewidth=0.8)
     _query_axis(ax, diff)
-    ax.set_ylabel(f"Δ {metric} (trial − baseline)")
-    trial, base = short_labels([(labels or {}).get(t, t) for t in (trial_id, baseline_id)], 60)
+    ax.set_ylabel(f"Δ {metric} (trial − baseline)", fontsize=12)
+    ax.tick_params(axis="y", labelsize=11)
+    trial, base = short_labels([(labels or {}).get(t, t) for t in (trial_id, baseline_id)], None)
     ax.set_title(
-        f"{metric} per query: {trial}  vs  baseline {base}\n"
+        f"{_wrapped(f'{metric} per query: {trial}  vs  baseline {base}', 85)}\n"
         f"wins {wins} · ties {ties} · losses {losses} · mean Δ {diff.mean():+.4f}",
-        fontsize=10,
+        fontsize=13,
     )
     ax.grid(axis="y", alpha=0.3)
     return fig
@@ -401,11 +433,11 @@ def _query_axis(ax: Axes, diff: pd.Series) -> None:
     """Query ids as ticks when they fit, otherwise just the count."""
     ax.set_xlim(-0.6, len(diff) - 0.4)
     if len(diff) <= 40:
-        ax.set_xticks(range(len(diff)), diff.index.astype(str), rotation=90, fontsize=7)
-        ax.set_xlabel("query (sorted by difference)")
+        ax.set_xticks(range(len(diff)), diff.index.astype(str), rotation=90, fontsize=10)
+        ax.set_xlabel("query (sorted by difference)", fontsize=12)
     else:
         ax.set_xticks([])
-        ax.set_xlabel(f"{len(diff)} queries, sorted by difference")
+        ax.set_xlabel(f"{len(diff)} queries, sorted by difference", fontsize=12)
 
 
 # ---------------------------------------------------------------- metric@k curves
@@ -427,7 +459,7 @@ def metric_at_k(
     if missing:
         raise DataError(f"metric_at_k: no {family}@k curve for trials {', '.join(missing)}")
     fig, ax = _new_figure()
-    names = short_labels([(labels or {}).get(t, t) for t in trial_ids])
+    names = short_labels([(labels or {}).get(t, t) for t in trial_ids], None)
     depth = int(rows["k"].max())
     for i, (tid, name) in enumerate(zip(trial_ids, names, strict=True)):
         curve = rows[rows["trial_id"] == tid].sort_values("k")
@@ -446,7 +478,7 @@ def metric_at_k(
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(f"{family}@k for k = 1..{depth}")
     ax.grid(alpha=0.3)
-    _legend_outside(ax)
+    _legend_below(fig, *ax.get_legend_handles_labels())
     return fig
 
 
@@ -461,10 +493,34 @@ def swept_parameters(trials: pd.DataFrame) -> list[str]:
     ]
 
 
-def heatmap(trials: pd.DataFrame, x: str, y: str, metric: str) -> Figure:
+def chunker_kinds(trials: pd.DataFrame, x: str, y: str) -> list[str | None]:
+    """The chunker kinds to draw ``heatmap(x, y)`` for, one plot each: a chunker option (size,
+    overlap, ...) means something else under each kind, so their grids are not mixed. ``[None]``
+    (one plot of all trials) when neither axis is a chunker option or one kind has values."""
+    if CHUNKER not in trials.columns or not any(c.startswith("param.chunker.") for c in (x, y)):
+        return [None]
+    present = trials.dropna(subset=[c for c in (x, y) if c in trials.columns])
+    kinds = sorted(present[CHUNKER].dropna().astype(str).unique())
+    return list(kinds) if len(kinds) > 1 else [None]
+
+
+def heatmap(
+    trials: pd.DataFrame, x: str, y: str, metric: str, chunker: str | None = None
+) -> Figure:
     """``metric`` over the grid of two swept parameters, each cell annotated; where other
-    parameters vary, a cell shows the best trial with its (x, y) values."""
+    parameters vary, a cell shows the best trial with its (x, y) values. ``chunker`` keeps
+    the trials of one chunker kind; a grid over a chunker option must not mix kinds
+    (``chunker_kinds``). A colour scale spanning a narrow range (``NARROW``) says so."""
     ok = _usable(trials, [x, y, metric], "heatmap")
+    if chunker is not None:
+        ok = ok[ok[CHUNKER].astype(str) == chunker]
+        if ok.empty:
+            raise DataError(f"heatmap: no finished {chunker!r} chunker trial has {x} and {y}")
+    elif chunker_kinds(ok, x, y) != [None]:
+        raise DataError(
+            f"heatmap: {_param_name(x)} × {_param_name(y)} mixes chunker kinds "
+            f"({', '.join(map(str, chunker_kinds(ok, x, y)))}); draw one per kind (chunker=...)"
+        )
     for column in (x, y):
         if ok[column].astype(str).nunique() < 2:
             raise DataError(f"heatmap: {column!r} takes fewer than 2 values among the trials")
@@ -472,7 +528,8 @@ def heatmap(trials: pd.DataFrame, x: str, y: str, metric: str) -> Figure:
     grid = ok.pivot_table(index=y, columns=x, values=metric, aggfunc=pick)
     counts = ok.groupby([y, x]).size()
     fig, ax = _new_figure(max(5.0, 1.1 * grid.shape[1] + 3), max(4.0, 0.6 * grid.shape[0] + 2))
-    image = ax.imshow(grid.to_numpy(dtype=float), cmap="viridis", origin="lower", aspect="auto")
+    values = grid.to_numpy(dtype=float)
+    image = ax.imshow(values, cmap="viridis", origin="lower", aspect="auto")
     _annotate_cells(ax, grid, image)
     ax.set_xticks(range(grid.shape[1]), [_tick(v) for v in grid.columns])
     ax.set_yticks(range(grid.shape[0]), [_tick(v) for v in grid.index])
@@ -480,9 +537,16 @@ def heatmap(trials: pd.DataFrame, x: str, y: str, metric: str) -> Figure:
         ax.tick_params(axis="x", labelrotation=45)
     ax.set_xlabel(_param_name(x))
     ax.set_ylabel(_param_name(y))
-    note = f"\n({pick} over the other parameters)" if counts.max() > 1 else ""
-    ax.set_title(f"{metric} by {_param_name(x)} × {_param_name(y)}{note}")
-    fig.colorbar(image, ax=ax, label=metric)
+    kind = f" ({chunker} chunker)" if chunker is not None else ""
+    notes = [f"{pick} over the other parameters"] if counts.max() > 1 else []
+    low, high = float(np.nanmin(values)), float(np.nanmax(values))
+    narrow = high - low < NARROW * max(1.0, abs(low), abs(high))
+    if narrow:
+        notes.append(f"colours span only {high - low:.2g}")
+    note = f"\n({'; '.join(notes)})" if notes else ""
+    ax.set_title(f"{metric} by {_param_name(x)} × {_param_name(y)}{kind}{note}")
+    span = "narrow range" if narrow else "colours span"
+    fig.colorbar(image, ax=ax, label=f"{metric} ({span} {low:.3f}–{high:.3f})")
     return fig
 
 

@@ -9,6 +9,8 @@ plots and one self-contained HTML file.
 
 from __future__ import annotations
 
+import html
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,17 +23,41 @@ import pandas as pd
 from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.metrics import best_first, best_index, higher_is_better, parse_metric
 from ragbench.evaluate.significance import bootstrap_ci, compare, compare_all
+from ragbench.experiment.runner import redundancy
 from ragbench.experiment.store import RunStore
 from ragbench.report import plots
 from ragbench.report.drilldown import drilldown
 from ragbench.report.tables import latency_stages, markdown_table, spend, usage_stages, usd
 
-__all__ = ["Report"]
+__all__ = ["Recommendation", "Report", "report_folder"]
 
 log = logging.getLogger(__name__)
 
 Test = Literal["t", "wilcoxon", "permutation"]
 Correction = Literal["holm", "bonferroni", "bh", "none"]
+
+TOTAL_P50 = "latency.total.p50_ms"
+
+
+def report_folder(run_dir: Path | str) -> Path:
+    """Where ``ragbench report`` writes by default: ``reports/<run-name>/`` under the current
+    folder, beside ``runs/`` (the run directory's own name: two runs never share a folder)."""
+    return Path("reports") / Path(run_dir).resolve().name
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The configuration to pick on the primary metric: the best overall, and the best whose
+    p50 total latency is at most ``bound_ms`` (the baseline's, or the ``--latency-budget``).
+
+    ``within`` is None when no trial is within the bound, ``bound_ms`` None when the run
+    measured no latency. Among trials tied on the metric, the faster one is picked."""
+
+    metric: str
+    best: str
+    bound: Literal["baseline", "budget"]
+    bound_ms: float | None
+    within: str | None
 
 
 def _match(trials: pd.DataFrame, wanted: str) -> str | None:
@@ -87,9 +113,16 @@ class Report:
     correction: Correction = "holm"
     alpha: float = 0.05
     n_resamples: int = 10_000
+    latency_budget_ms: float | None = None
     store: RunStore = field(init=False)
 
     def __post_init__(self) -> None:
+        budget = self.latency_budget_ms
+        if budget is not None and not budget > 0:
+            raise ConfigError(
+                f"--latency-budget {budget:g}: must be a positive number of milliseconds (p50 "
+                "total latency per query)"
+            )
         self.store = RunStore(self.run_dir)
 
     @classmethod
@@ -202,6 +235,38 @@ class Report:
     def label(self, trial_id: str) -> str:
         """The readable label of a trial."""
         return str(self._finished.set_index("trial_id").loc[trial_id, "label"])
+
+    @cached_property
+    def redundant(self) -> dict[str, str]:
+        """Trials that cannot rank differently from another trial of the sweep (trial id →
+        why, ``runner.redundancy``); a trial without a recorded config is never listed."""
+        if "config" not in self._finished.columns:
+            return {}
+        found = {
+            str(t): redundancy(json.loads(c))
+            for t, c in zip(self._finished["trial_id"], self._finished["config"], strict=True)
+            if isinstance(c, str)
+        }
+        return {t: why for t, why in found.items() if why is not None}
+
+    def recommendation(self) -> Recommendation:
+        """The best trial on the primary metric overall and within the latency bound: the
+        ``latency_budget_ms`` when given, else the baseline's p50 total latency."""
+        means = self.stats.loc[self.metric]["mean"]
+        trials = self.trials.set_index("trial_id")
+        latency = trials.get(TOTAL_P50, pd.Series(float("nan"), index=trials.index))
+        ranked = pd.DataFrame({"mean": means, "ms": latency.reindex(means.index)}).sort_values(
+            ["mean", "ms"], ascending=[not higher_is_better(self.metric), True], kind="stable"
+        )
+        best = str(ranked.index[0])
+        budget = self.latency_budget_ms
+        bound: Literal["baseline", "budget"] = "baseline" if budget is None else "budget"
+        if ranked["ms"].isna().all():
+            return Recommendation(self.metric, best, bound, None, None)
+        bound_ms = float(ranked["ms"][self.baseline]) if budget is None else budget
+        fast = ranked.index[ranked["ms"] <= bound_ms]
+        within = str(fast[0]) if len(fast) else None
+        return Recommendation(self.metric, best, bound, bound_ms, within)
 
     @cached_property
     def spend(self) -> pd.DataFrame:
@@ -418,12 +483,14 @@ class Report:
         ]
         for i, x in enumerate(swept):
             for y in swept[i + 1 :]:
-                makers.append(
-                    (
-                        f"heatmap_{x}_{y}".replace("param.", ""),
-                        partial(plots.heatmap, self.trials, x, y, self.metric),
+                for kind in plots.chunker_kinds(self.trials, x, y):
+                    name = f"heatmap_{x}_{y}".replace("param.", "")
+                    makers.append(
+                        (
+                            name if kind is None else f"{name}_{kind}",
+                            partial(plots.heatmap, self.trials, x, y, self.metric, kind),
+                        )
                     )
-                )
         out = {}
         for name, make in makers:
             try:
@@ -462,8 +529,8 @@ class Report:
 
     def _repr_html_(self) -> str:
         table = self.display_table().to_html(index=False, escape=True)
-        base = self.label(self.baseline)
-        return f"<p><b>{self.metric}</b> vs baseline <code>{base}</code></p>{table}"
+        base = html.escape(self.label(self.baseline))
+        return f"<p><b>{html.escape(self.metric)}</b> vs baseline <code>{base}</code></p>{table}"
 
 
 _LATEX = {

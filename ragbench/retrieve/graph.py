@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ragbench import telemetry
 from ragbench.index.cache import CachedEmbedder, EmbeddingCache, StageCache
 from ragbench.index.sparse import BM25Config, BM25Index
 from ragbench.llm.cache import LLMCache
@@ -49,7 +50,7 @@ from ragbench.retrieve.artifacts import (
     Timed,
     query_texts,
 )
-from ragbench.retrieve.timed import QUALITY_BATCH, embed_queries
+from ragbench.retrieve.timed import QUALITY_BATCH, cpu_wait, embed_queries
 from ragbench.text.chunkers import chunk_documents
 from ragbench.types import Document, Ranking
 
@@ -474,11 +475,29 @@ def _step(config: ComponentConfig, axis: str) -> StepConfig:
     return config
 
 
+def _describe(span: telemetry.Span, stage: Stage, value: Any, queries: int) -> None:
+    """A stage's sizes on its span — rows of per-query values and vectors, items of chunk
+    sets and indexes, the queries a query-time stage ran for — and the LLM tokens it spent."""
+    seconds = getattr(value, "seconds", None)
+    if seconds is not None:
+        span.set(rows=len(seconds))
+    elif isinstance(value, np.ndarray):
+        span.set(rows=value.shape[0])
+    elif hasattr(value, "__len__"):
+        span.set(items=len(value))
+    if not stage.index:
+        span.set(queries=queries)
+    usage = getattr(value, "usage", None)
+    if isinstance(usage, QueryUsage):
+        span.tokens(usage.model, usage.prompt_tokens.sum(), usage.completion_tokens.sum())
+
+
 class Execution:
     """The values of a plan's stages, computed on demand (inputs only when needed).
 
     With a ``cache`` every stage goes through it (a cached artifact is loaded, not computed);
-    ``provided`` values stand in for stages (a pipeline's live indexes).
+    ``provided`` values stand in for stages (a pipeline's live indexes). Each stage computed or
+    loaded here is a telemetry span named after it (``ragbench.telemetry``).
     """
 
     def __init__(
@@ -490,6 +509,9 @@ class Execution:
     ) -> None:
         self.plan, self.env, self.cache = plan, env, cache
         self._values: dict[str, Any] = dict(provided or {})
+        self.waited: dict[str, float] = {}
+        """Seconds each stage computed here spent runnable but waiting for a CPU (its inputs'
+        time excluded): what other processes cost it (``latency(less_waits=True)``)."""
 
     def __getitem__(self, name: str) -> Any:
         if name in self._values:
@@ -497,16 +519,26 @@ class Execution:
         if name in SOURCES:
             return self.env.source(name)
         stage = self.plan.stages[name]
+        computed: list[bool] = []
 
         def compute() -> Any:
-            return stage.compute(self.env, *(self[i] for i in stage.inputs))
+            computed.append(True)
+            inputs = [self[i] for i in stage.inputs]
+            queued = cpu_wait()
+            value = stage.compute(self.env, *inputs)
+            self.waited[name] = cpu_wait() - queued
+            return value
 
-        if self.cache is None:
-            value = compute()
-        else:
-            value = self.cache.get(
-                stage.area, stage.key, compute, stage.codec.save, stage.codec.load
-            )
+        with telemetry.span(name, key=stage.key, area=stage.area) as span:
+            if self.cache is None:
+                value = compute()
+            else:
+                value = self.cache.get(
+                    stage.area, stage.key, compute, stage.codec.save, stage.codec.load
+                )
+                span.set(cache_hit=not computed)
+            if span.recording:
+                _describe(span, stage, value, len(self.env.queries))
         self._values[name] = value
         return value
 
@@ -515,10 +547,11 @@ class Execution:
         """The plan's final ranking."""
         return self[self.plan.output].ranking
 
-    def latency(self) -> dict[str, np.ndarray]:
+    def latency(self, less_waits: bool = False) -> dict[str, np.ndarray]:
         """Seconds per query of every timed stage, in plan order (each such stage is loaded
         or computed); a stage that ran once per text of a multi-text query counts the sum of
-        its texts."""
+        its texts. ``less_waits`` takes out of each stage the time it waited for a CPU, shared
+        evenly over the queries (exact for the one-query executions of the latency pass)."""
         owner = self._owner()
         found = {}
         for name, stage in self.plan.stages.items():
@@ -528,6 +561,8 @@ class Execution:
             n = len(self.env.queries)
             if owner is not None and len(seconds) == len(owner) != n:
                 seconds = np.bincount(owner, weights=seconds, minlength=n).astype(np.float64)
+            if less_waits and n:
+                seconds = np.maximum(seconds - self.waited.get(name, 0.0) / n, 0.0)
             found[stage.latency] = seconds
         return found
 

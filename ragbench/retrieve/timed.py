@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 
 from ragbench.protocols import Embedder
 from ragbench.types import Ranking
 
-__all__ = ["QUALITY_BATCH", "embed_queries", "per_query", "percentiles_ms", "rows"]
+__all__ = ["QUALITY_BATCH", "cpu_wait", "embed_queries", "per_query", "percentiles_ms", "rows"]
 
 QUALITY_BATCH = 256
 """Queries per call of a batched stage: large enough that a call's overhead vanishes, small
@@ -68,6 +69,15 @@ def embed_queries(
     dim = found[0].shape[1] if found else embedder.dimension
     vectors = np.concatenate(found) if found else np.zeros((0, dim), np.float32)
     return vectors, seconds
+
+
+def cpu_wait() -> float:
+    """Seconds the calling thread has spent runnable but waiting for a CPU — time other
+    processes took from it (Linux schedstat; 0 where it is missing, so nothing is corrected)."""
+    try:
+        return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def rows(ranking: Ranking, s: slice) -> Ranking:

@@ -44,6 +44,7 @@ __all__ = [
     "MarkdownLoader",
     "PdfLoader",
     "TextLoader",
+    "WebLoader",
     "load",
 ]
 
@@ -303,8 +304,9 @@ class TextLoader(_OneDocumentLoader):
 class PdfLoader(_OneDocumentLoader):
     """PDF via pypdf: one document per file, pages joined by a blank line.
 
-    ``metadata["pages"]`` holds ``[start, end)`` character offsets of each page in the text,
-    so the page of any chunk can be found from its offsets.
+    ``metadata["pages"]`` holds ``[start, end)`` character offsets of each page in the text;
+    every chunk of the document carries its own pages instead (``make_chunks``: ``pages``, the
+    1-based numbers of the pages it spans, and ``page``, the first).
     """
 
     format = "pdf"
@@ -408,6 +410,14 @@ class _HtmlText(HTMLParser):
         return "".join(self.parts).rstrip()
 
 
+def _html_text(markup: str) -> tuple[str, str]:
+    """The visible text of an HTML page and its <title> (whitespace collapsed)."""
+    parser = _HtmlText()
+    parser.feed(markup)
+    parser.close()
+    return parser.text(), _WHITESPACE.sub(" ", "".join(parser.title)).strip()
+
+
 class HtmlLoader(_OneDocumentLoader):
     """HTML: visible text only (no scripts, styles, head); ``metadata["title"]`` from <title>."""
 
@@ -415,13 +425,51 @@ class HtmlLoader(_OneDocumentLoader):
     extensions = (".html", ".htm")
 
     def _read(self, rel: str) -> Document:
-        parser = _HtmlText()
-        parser.feed(_read_text(self.path))
-        parser.close()
-        text = parser.text()
+        text, title = _html_text(_read_text(self.path))
         if not text.strip():
             raise _Skip("no visible text")
-        return self._document(rel, text, _WHITESPACE.sub(" ", "".join(parser.title)).strip())
+        return self._document(rel, text, title)
+
+
+class WebLoader(BaseLoader):
+    """One web page, fetched when the loader is made (``ragbench.text.web.fetch``: robots.txt,
+    ``max_bytes``, ``timeout``; any failure is a one-line ``DataError``). HTML becomes its
+    visible text as ``HtmlLoader`` reads it, plain text and Markdown stay as served; the
+    document's id is the URL asked for, ``metadata["url"]`` the one that served it.
+    """
+
+    format = "web"
+
+    def __init__(
+        self, url: str, *, max_bytes: int | None = None, timeout: float | None = None
+    ) -> None:
+        from ragbench.text import web
+
+        self.url = url
+        self.report = LoadReport()
+        page = web.fetch(
+            url,
+            max_bytes=web.DEFAULT_MAX_BYTES if max_bytes is None else max_bytes,
+            timeout=web.DEFAULT_TIMEOUT if timeout is None else timeout,
+        )
+        text, title, kind = _normalize_newlines(page.text), "", "txt"
+        if page.content_type in ("text/html", "application/xhtml+xml"):
+            (text, title), kind = _html_text(text), "html"
+        elif page.content_type == "text/markdown":
+            title, kind = _markdown_title(text) or "", "md"
+        elif page.content_type != "text/plain":
+            raise DataError(f"{url}: unsupported content type {page.content_type or 'none'!r}")
+        if not text.strip():
+            raise DataError(f"{url}: no visible text")
+        meta = {"url": page.url, "format": kind, **({"title": title} if title else {})}
+        self._document = Document(id=url, text=text, metadata=meta, source=page.url)
+
+    def _stream(self, run: _Pass) -> Iterator[Document]:
+        if run.admit(self._document, Path(self.url)):
+            yield self._document
+
+    def __repr__(self) -> str:
+        return f"WebLoader({self.url!r})"
 
 
 class JsonlLoader(FileLoader):
@@ -659,12 +707,15 @@ def _visible_entries(path: Path) -> list[os.DirEntry[str]]:
 
 
 def load(path: StrPath, follow_symlinks: bool = False, **options: Any) -> BaseLoader:
-    """The loader for ``path``: a ``DirectoryLoader`` or the file loader for its extension.
+    """The loader for ``path``: a ``DirectoryLoader``, the file loader for its extension, or
+    for an ``http(s)://`` URL a ``WebLoader`` (``options``: ``max_bytes``, ``timeout``).
 
     ``follow_symlinks`` lets a directory's links lead outside it; ``options`` go to the loader
     (JSONL fields). Raises ``DataError`` when the path does not exist or its extension is not
     supported.
     """
+    if isinstance(path, str) and path.lower().startswith(("http://", "https://")):
+        return WebLoader(path, **options)
     target = Path(path)
     if target.is_dir():
         return DirectoryLoader(target, follow_symlinks=follow_symlinks, **options)

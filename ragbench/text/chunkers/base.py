@@ -2,8 +2,10 @@
 
 Chunkers decide *where* to cut (a list of ``(start, end)`` character spans); ``make_chunks`` does
 the rest the same way for all of them: trims whitespace at both ends of each span, drops empty
-spans, numbers the kept chunks and copies the document's metadata. Offsets therefore always
-satisfy ``doc.text[chunk.start:chunk.end] == chunk.text``.
+spans, numbers the kept chunks and copies the document's metadata — but for a PDF's page
+offsets (``metadata["pages"]``), which become the chunk's own pages: ``pages``, the 1-based
+numbers of the pages whose text it holds, and ``page``, the first of them. Offsets therefore
+always satisfy ``doc.text[chunk.start:chunk.end] == chunk.text``.
 """
 
 from __future__ import annotations
@@ -81,12 +83,16 @@ def make_chunks(
     """
     text = doc.text
     chunks: list[Chunk] = []
+    pages = doc.metadata.get("pages") if doc.metadata.get("format") == "pdf" else None
     for k, (raw_start, raw_end) in enumerate(spans):
         start, end = trim_span(text, raw_start, raw_end)
         if start >= end:
             continue
         i = len(chunks)
         metadata = {**doc.metadata, **extras[k]} if extras is not None else dict(doc.metadata)
+        if isinstance(pages, list):
+            numbers = [n for n, (a, b) in enumerate(pages, 1) if a < b and a < end and b > start]
+            metadata.update(pages=numbers, page=numbers[0] if numbers else None)
         chunks.append(
             Chunk(
                 id=f"{doc.id}:chunk-{i}",

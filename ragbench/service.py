@@ -1,0 +1,559 @@
+"""A warm search service over a collection: explained search and a small HTTP JSON API.
+
+``ragbench search`` used to load torch and the model for every query. Here a collection
+(``RAGPipeline``) is opened once and answers many queries: ``search`` runs one query and says,
+for every hit, what each first-stage retriever made of it (its rank and score in the BM25 list
+and in the dense list) and on which scale its score is (``score_scale``: BM25 score, cosine,
+RRF, ...). ``SearchServer`` serves the same over HTTP (standard library ``http.server``, one
+thread per request, searches one at a time): ``POST /search``, ``GET /health`` and
+``GET /openapi.json`` (``openapi_schema``). It binds to loopback unless told otherwise: the API
+has no authentication.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+from ragbench import __version__
+from ragbench.endpoints import is_loopback
+from ragbench.errors import ConfigError
+from ragbench.pipeline import RAGPipeline
+from ragbench.registry import ComponentConfig
+
+__all__ = [
+    "MAX_K",
+    "Found",
+    "RequestError",
+    "SearchHit",
+    "SearchRequest",
+    "SearchResult",
+    "SearchServer",
+    "check_host",
+    "openapi_schema",
+    "parse_request",
+    "score_scale",
+    "search",
+]
+
+logger = logging.getLogger(__name__)
+
+MAX_K = 1000
+_MAX_BODY = 1 << 20  # bytes of a request body
+_MAX_QUERY = 10_000  # characters of a query
+_FIELDS = ("query", "k", "filter", "retriever")
+_BM25 = "BM25 score (0 and up, unbounded: compare within one query)"
+_METRICS = {
+    "cosine": "cosine similarity (-1 to 1)",
+    "ip": "inner product of the embeddings",
+    "l2": "negative squared L2 distance (0 is identical)",
+}
+_RERANKERS = {
+    "cross_encoder": "cross-encoder relevance score (the model's raw output)",
+    "dense": "cosine similarity of the reranker's embeddings (-1 to 1)",
+    "llm": "LLM relevance judgement (0 to 10)",
+}
+
+
+# ---------------------------------------------------------------- explained search
+
+
+@dataclass(frozen=True)
+class Found:
+    """Where one first-stage retriever put a hit: its 1-based rank and score in that list."""
+
+    rank: int
+    score: float
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """A hit, and per first-stage list searched (``bm25``, ``dense``) where it was in that
+    list (None: not among the list's hits)."""
+
+    rank: int
+    score: float
+    chunk_id: str
+    doc_id: str
+    text: str
+    start: int
+    end: int
+    metadata: dict[str, Any]
+    found_by: dict[str, Found | None]
+
+    def to_json(self) -> dict[str, Any]:
+        """The hit as the API returns it."""
+        return {
+            "rank": self.rank,
+            "score": self.score,
+            "chunk_id": self.chunk_id,
+            "doc_id": self.doc_id,
+            "text": self.text,
+            "start": self.start,
+            "end": self.end,
+            "metadata": self.metadata,
+            "found_by": {
+                name: None if f is None else {"rank": f.rank, "score": f.score}
+                for name, f in self.found_by.items()
+            },
+        }
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """One query's hits, the retriever that ran, what the scores mean (``scale`` for the hits'
+    score, ``scales`` for each first-stage list's), and the time it took."""
+
+    query: str
+    retriever: str
+    scale: str
+    scales: dict[str, str]
+    hits: list[SearchHit]
+    took_ms: float
+    stages_ms: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The result as the API returns it."""
+        return {
+            "query": self.query,
+            "retriever": self.retriever,
+            "score_scale": self.scale,
+            "found_by_scales": self.scales,
+            "took_ms": round(self.took_ms, 3),
+            "stages_ms": {s: round(ms, 3) for s, ms in self.stages_ms.items()},
+            "hits": [hit.to_json() for hit in self.hits],
+        }
+
+
+def score_scale(pipeline: RAGPipeline, retriever: str | None = None) -> str:
+    """What the scores of ``pipeline``'s hits mean when ``retriever`` (default: its own) runs:
+    the reranker's scale when it has one, else the retriever's."""
+    reranker = pipeline.trial.get("reranker")
+    if reranker is not None and reranker.kind != "none":
+        return _RERANKERS.get(reranker.kind, f"{reranker.kind} reranker score")
+    own = pipeline.trial["retriever"]
+    kind = retriever or own.kind
+    if kind == "bm25":
+        return _BM25
+    if kind == "dense":
+        return _store_scale(getattr(own, "store", None))
+    if kind == "hybrid":
+        return _fusion_scale(getattr(own, "fusion", None))
+    return f"{kind} retriever score"
+
+
+def _store_scale(store: ComponentConfig | None) -> str:
+    metric = getattr(store, "metric", getattr(store, "space", "cosine"))
+    return _METRICS.get(str(metric), f"{metric} similarity")
+
+
+def _fusion_scale(fusion: ComponentConfig | None) -> str:
+    if fusion is None:
+        return "fused score"
+    if fusion.kind == "rrf":
+        k = float(getattr(fusion, "k", 60.0))
+        weights = getattr(fusion, "weights", None)
+        top = sum(weights or (1.0, 1.0)) / (k + 1)
+        each = f"1/({k:g} + rank)" if weights is None else f"w/({k:g} + rank), weights {weights}"
+        return f"RRF: sum over the bm25 and dense lists of {each}, at most {top:.4f}"
+    normalization = getattr(fusion, "normalization", "minmax")
+    return f"{fusion.kind} fusion: weighted sum of {normalization}-normalised bm25 and dense scores"
+
+
+def search(
+    pipeline: RAGPipeline,
+    query: str,
+    k: int = 10,
+    filter: Mapping[str, Any] | None = None,
+    retriever: str | None = None,
+) -> SearchResult:
+    """The top ``k`` hits for ``query`` (metadata ``filter``: exact match; ``retriever``: one
+    of ``pipeline.retrievers``), each with its place in every first-stage list."""
+    started = time.perf_counter()
+    found = pipeline.search([query], k, filter, retriever)
+    took_ms = (time.perf_counter() - started) * 1000
+    chunks = pipeline.chunks
+    lists = {
+        name: {cid: Found(rank, float(score)) for rank, (cid, score) in enumerate(r.row(0), 1)}
+        for name, r in sorted(found.found.items())
+    }
+    hits = []
+    for rank, (cid, score) in enumerate(found.ranking.row(0), start=1):
+        chunk = chunks[cid]
+        hits.append(
+            SearchHit(
+                rank,
+                float(score),
+                cid,
+                chunk.doc_id,
+                chunk.text,
+                chunk.start,
+                chunk.end,
+                dict(chunk.metadata),
+                {name: where.get(cid) for name, where in lists.items()},
+            )
+        )
+    own = pipeline.trial["retriever"]
+    scales = {
+        name: _BM25 if name == "bm25" else _store_scale(getattr(own, "store", None))
+        for name in lists
+    }
+    return SearchResult(
+        query,
+        retriever or own.kind,
+        score_scale(pipeline, retriever),
+        scales,
+        hits,
+        took_ms,
+        {stage: float(s[0]) * 1000 for stage, s in found.timings.items() if len(s)},
+    )
+
+
+# ---------------------------------------------------------------- requests
+
+
+class RequestError(ValueError):
+    """A bad request: ``field`` names the field at fault (``body`` for the whole body)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """A validated ``POST /search`` body."""
+
+    query: str
+    k: int = 10
+    filter: dict[str, Any] | None = None
+    retriever: str | None = None
+
+
+def parse_request(body: bytes, retrievers: tuple[str, ...]) -> SearchRequest:
+    """The search request in ``body`` (JSON), or ``RequestError`` naming the first bad field;
+    ``retrievers`` are the kinds the collection serves."""
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise RequestError("body", "expected a JSON object, got invalid JSON") from None
+    if not isinstance(data, dict):
+        raise RequestError("body", f"expected a JSON object, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(_FIELDS))
+    if unknown:
+        raise RequestError(unknown[0], f"unknown field; allowed: {', '.join(_FIELDS)}")
+    query = data.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise RequestError("query", "expected a non-empty string")
+    if len(query) > _MAX_QUERY:
+        raise RequestError("query", f"longer than {_MAX_QUERY:,} characters")
+    k = data.get("k", 10)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise RequestError("k", f"expected an integer from 1 to {MAX_K}, got {json.dumps(k)}")
+    filter = data.get("filter")
+    if filter is not None and not isinstance(filter, dict):
+        raise RequestError("filter", "expected an object of metadata key: value, or null")
+    retriever = data.get("retriever")
+    if retriever is not None and retriever not in retrievers:
+        allowed = ", ".join(retrievers)
+        raise RequestError(
+            "retriever",
+            f"expected one of {allowed} for this collection, got {json.dumps(retriever)}",
+        )
+    return SearchRequest(query, k, filter or None, retriever)
+
+
+# ---------------------------------------------------------------- the server
+
+
+def check_host(host: str, allow_remote: bool = False) -> None:
+    """``ConfigError`` unless ``host`` is a loopback address or ``allow_remote`` is set."""
+    if not allow_remote and not is_loopback(host):
+        raise ConfigError(
+            f"--host {host}: not a loopback address; the API has no authentication, so serving "
+            "other machines needs allow_remote=True / --allow-remote"
+        )
+
+
+class SearchServer(ThreadingHTTPServer):
+    """The HTTP JSON API over one collection, opened and warmed up before it listens."""
+
+    daemon_threads = True
+
+    def __init__(
+        self,
+        pipeline: RAGPipeline,
+        name: str,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        allow_remote: bool = False,
+    ) -> None:
+        check_host(host, allow_remote)
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.pipeline = pipeline
+        self.name = name
+        self.lock = threading.Lock()  # one search at a time: indexes and models are shared
+        self.started = time.time()
+        for retriever in pipeline.retrievers:  # loads the models before the first request
+            pipeline.search(["warm up"], 1, None, retriever)
+        super().__init__((host, port), _Handler)
+
+    @property
+    def url(self) -> str:
+        """The base URL the server listens on."""
+        host, port = self.server_address[:2]
+        name = host.decode() if isinstance(host, bytes) else str(host)
+        shown = f"[{name}]" if self.address_family == socket.AF_INET6 else name
+        return f"http://{shown}:{port}"
+
+    def health(self) -> dict[str, Any]:
+        """What ``GET /health`` returns."""
+        pipeline = self.pipeline
+        embedder = pipeline.trial.get("embedder")
+        return {
+            "status": "ok",
+            "collection": self.name,
+            "documents": len(pipeline.document_ids),
+            "chunks": len(pipeline.chunks),
+            "pipeline": pipeline.trial.label,
+            "retriever": pipeline.trial["retriever"].kind,
+            "retrievers": list(pipeline.retrievers),
+            "embedder": embedder.label() if embedder is not None else None,
+            "uptime_s": round(time.time() - self.started, 3),
+            "version": __version__,
+        }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: SearchServer
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out at once: no delayed-ACK stall
+    server_version = f"ragbench/{__version__}"
+
+    def do_GET(self) -> None:
+        path = urlsplit(self.path).path
+        if path == "/health":
+            self._send(200, self.server.health())
+        elif path == "/openapi.json":
+            self._send(200, openapi_schema())
+        elif path == "/search":
+            self._send(405, {"error": "GET /search: use POST"}, {"Allow": "POST"})
+        else:
+            self._send(404, {"error": f"no such path {path}; see /openapi.json"})
+
+    def do_POST(self) -> None:
+        path = urlsplit(self.path).path
+        if path in ("/health", "/openapi.json"):
+            self._send(405, {"error": f"POST {path}: use GET"}, {"Allow": "GET"})
+            return
+        if path != "/search":
+            self._send(404, {"error": f"no such path {path}; see /openapi.json"})
+            return
+        length = self.headers.get("content-length", "")
+        if not length.isdigit():
+            self._send(411, {"error": "body: a Content-Length header is required", "field": "body"})
+            return
+        if int(length) > _MAX_BODY:
+            self.close_connection = True
+            error = f"body: larger than {_MAX_BODY:,} bytes"
+            self._send(413, {"error": error, "field": "body"})
+            return
+        body = self.rfile.read(int(length))
+        try:
+            request = parse_request(body, self.server.pipeline.retrievers)
+        except RequestError as exc:
+            self._send(400, {"error": str(exc), "field": exc.field})
+            return
+        try:
+            with self.server.lock:
+                found = search(
+                    self.server.pipeline,
+                    request.query,
+                    request.k,
+                    request.filter,
+                    request.retriever,
+                )
+        except Exception as exc:  # one line to the client, the traceback to the log
+            logger.exception("search failed")
+            self._send(500, {"error": f"search failed: {type(exc).__name__}: {exc}"})
+            return
+        self._send(200, found.to_json())
+
+    def _send(self, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
+        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.info("%s %s", self.address_string(), format % args)
+
+
+# ---------------------------------------------------------------- the schema
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The OpenAPI 3.1 description of the API (served at ``/openapi.json``)."""
+    error = _ref("Error")
+    found = {
+        "anyOf": [_ref("Found"), {"type": "null"}],
+        "description": "Where this list had the hit; null: not among its hits.",
+    }
+    schemas: dict[str, Any] = {
+        "SearchRequest": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["query"],
+            "properties": {
+                "query": {"type": "string", "minLength": 1, "maxLength": _MAX_QUERY},
+                "k": {"type": "integer", "minimum": 1, "maximum": MAX_K, "default": 10},
+                "filter": {
+                    "type": ["object", "null"],
+                    "description": "Chunk metadata every hit must match exactly (key: value).",
+                },
+                "retriever": {
+                    "type": ["string", "null"],
+                    "enum": ["bm25", "dense", "hybrid", None],
+                    "description": "First stage to run (default: the collection's); "
+                    "bm25 and dense alone are available on a hybrid collection (see /health).",
+                },
+            },
+        },
+        "Found": {
+            "type": "object",
+            "required": ["rank", "score"],
+            "properties": {
+                "rank": {"type": "integer", "minimum": 1},
+                "score": {"type": "number", "description": "On that list's scale."},
+            },
+        },
+        "Hit": {
+            "type": "object",
+            "required": [
+                "rank",
+                "score",
+                "chunk_id",
+                "doc_id",
+                "text",
+                "start",
+                "end",
+                "metadata",
+                "found_by",
+            ],
+            "properties": {
+                "rank": {"type": "integer", "minimum": 1},
+                "score": {"type": "number", "description": "On the scale of score_scale."},
+                "chunk_id": {"type": "string"},
+                "doc_id": {"type": "string"},
+                "text": {"type": "string"},
+                "start": {"type": "integer", "description": "Offset of the text in its document."},
+                "end": {"type": "integer"},
+                "metadata": {"type": "object"},
+                "found_by": {
+                    "type": "object",
+                    "description": "Per first-stage list searched (bm25, dense).",
+                    "additionalProperties": found,
+                },
+            },
+        },
+        "SearchResponse": {
+            "type": "object",
+            "required": ["query", "retriever", "score_scale", "found_by_scales", "took_ms", "hits"],
+            "properties": {
+                "query": {"type": "string"},
+                "retriever": {"type": "string"},
+                "score_scale": {"type": "string", "description": "What a hit's score means."},
+                "found_by_scales": {
+                    "type": "object",
+                    "additionalProperties": {"type": "string"},
+                    "description": "What each first-stage list's scores mean.",
+                },
+                "took_ms": {"type": "number"},
+                "stages_ms": {"type": "object", "additionalProperties": {"type": "number"}},
+                "hits": {"type": "array", "items": _ref("Hit")},
+            },
+        },
+        "Health": {
+            "type": "object",
+            "required": ["status", "collection", "documents", "chunks", "retrievers"],
+            "properties": {
+                "status": {"const": "ok"},
+                "collection": {"type": "string"},
+                "documents": {"type": "integer"},
+                "chunks": {"type": "integer"},
+                "pipeline": {"type": "string"},
+                "retriever": {"type": "string"},
+                "retrievers": {"type": "array", "items": {"type": "string"}},
+                "embedder": {"type": ["string", "null"]},
+                "uptime_s": {"type": "number"},
+                "version": {"type": "string"},
+            },
+        },
+        "Error": {
+            "type": "object",
+            "required": ["error"],
+            "properties": {
+                "error": {"type": "string", "description": "One line naming the field."},
+                "field": {"type": "string", "description": "The field at fault (or body)."},
+            },
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "ragbench search",
+            "version": __version__,
+            "description": "Search one ragbench collection (made by `ragbench ingest`).",
+        },
+        "paths": {
+            "/search": {
+                "post": {
+                    "summary": "Top-k chunks for a query, with what each retriever found",
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _ref("SearchRequest")}},
+                    },
+                    "responses": {
+                        "200": _json(_ref("SearchResponse"), "The hits, best first."),
+                        "400": _json(error, "A bad field; the error names it."),
+                        "411": _json(error, "No Content-Length header."),
+                        "413": _json(error, "The body is larger than 1 MiB."),
+                        "500": _json(error, "The search failed."),
+                    },
+                }
+            },
+            "/health": {
+                "get": {
+                    "summary": "The collection served and its retrievers",
+                    "responses": {"200": _json(_ref("Health"), "The server is up.")},
+                }
+            },
+            "/openapi.json": {
+                "get": {
+                    "summary": "This document",
+                    "responses": {"200": _json({"type": "object"}, "The OpenAPI document.")},
+                }
+            },
+        },
+        "components": {"schemas": schemas},
+    }

@@ -1,0 +1,303 @@
+"""`ragbench serve` and explained search: real HTTP on 127.0.0.1 against a collection made like
+`ragbench ingest` makes one, `search --interactive` and `--retriever`, and the OpenAPI schema."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonschema
+import numpy as np
+import pytest
+
+from ragbench.cli import main
+from ragbench.errors import ConfigError
+from ragbench.index.embedders import HashingConfig, HashingEmbedder
+from ragbench.pipeline import RAGPipeline
+from ragbench.service import SearchServer, check_host, openapi_schema, search
+from ragbench.types import Document
+
+EMBEDDER = {"kind": "hashing", "dim": 256}
+CONFIG = {
+    "chunker": {"kind": "recursive", "size": 200, "overlap": 0},
+    "embedder": EMBEDDER,
+    "retriever": {"kind": "hybrid", "store": {"kind": "exact"}, "depth": 20},
+}
+DOCS = [
+    Document(
+        "ops/keys.md",
+        "Rotate the signing keys every ninety days with kestrelctl keys rotate.",
+        {"team": "ops"},
+    ),
+    Document(
+        "ops/retention.md",
+        "Retention deletes closed segments after retention.ms has passed.",
+        {"team": "ops"},
+    ),
+    Document(
+        "sec/acl.md", "ACLs grant principals read or write access to topics.", {"team": "sec"}
+    ),
+    Document("ref/ports.md", "Port 9743 serves the admin API of every broker.", {"team": "ref"}),
+]
+
+
+def _collection(db: Path, name: str = "docs", config: dict[str, Any] = CONFIG) -> Path:
+    pipeline = RAGPipeline.from_config(config)
+    pipeline.index(DOCS)
+    pipeline.save(db / name)
+    return db / name
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SearchServer]:
+    """A server over the collection, listening on a free loopback port in a thread."""
+    target = _collection(tmp_path_factory.mktemp("db"))
+    running = SearchServer(RAGPipeline.open(target), "docs", "127.0.0.1", 0)
+    thread = threading.Thread(target=running.serve_forever, daemon=True)
+    thread.start()
+    yield running
+    running.shutdown()
+    running.server_close()
+
+
+def _post(server: SearchServer, body: Any, raw: bytes | None = None) -> httpx.Response:
+    content = raw if raw is not None else json.dumps(body).encode()
+    return httpx.post(f"{server.url}/search", content=content, timeout=10, trust_env=False)
+
+
+def _get(server: SearchServer, path: str) -> httpx.Response:
+    return httpx.get(f"{server.url}{path}", timeout=10, trust_env=False)
+
+
+def _validate(instance: Any, name: str) -> None:
+    """Check ``instance`` against the schema ``name`` of the served OpenAPI document."""
+    schema = {"$ref": f"#/components/schemas/{name}", **openapi_schema()}
+    jsonschema.Draft202012Validator(schema).validate(instance)
+
+
+def test_search_over_http_says_which_retriever_found_each_hit(server: SearchServer) -> None:
+    reply = _post(server, {"query": "how do I rotate the signing keys", "k": 3})
+    assert reply.status_code == 200, reply.text
+    found = reply.json()
+    _validate(found, "SearchResponse")
+    assert found["retriever"] == "hybrid" and found["score_scale"].startswith("RRF")
+    assert set(found["found_by_scales"]) == {"bm25", "dense"}
+    top = found["hits"][0]
+    assert (top["doc_id"], top["chunk_id"]) == ("ops/keys.md", "ops/keys.md:chunk-0")
+    assert top["text"].startswith("Rotate the signing keys")
+    assert top["found_by"]["bm25"]["rank"] == 1 and top["found_by"]["dense"]["rank"] == 1
+    assert top["score"] == pytest.approx(2 / 61)  # RRF k=60, first in both lists
+    assert [h["rank"] for h in found["hits"]] == [1, 2, 3]
+    for hit in found["hits"]:  # every hit came from at least one list
+        assert any(where is not None for where in hit["found_by"].values())
+
+
+def test_dense_scores_are_cosines_and_bm25_scores_bm25(server: SearchServer) -> None:
+    query = "which port serves the admin API"
+    dense = _post(server, {"query": query, "k": 4, "retriever": "dense"}).json()
+    assert dense["retriever"] == "dense" and "cosine" in dense["score_scale"]
+    embedder = HashingEmbedder(HashingConfig(dim=256))
+    q = embedder.embed([query], "query")[0]
+    for hit in dense["hits"]:
+        d = embedder.embed([hit["text"]], "document")[0]
+        cosine = float(q @ d / (np.linalg.norm(q) * np.linalg.norm(d)))
+        assert hit["score"] == pytest.approx(cosine, abs=1e-5)
+        assert set(hit["found_by"]) == {"dense"}
+    bm25 = _post(server, {"query": query, "k": 4, "retriever": "bm25"}).json()
+    assert "BM25" in bm25["score_scale"] and bm25["hits"][0]["doc_id"] == "ref/ports.md"
+    assert [h["score"] for h in bm25["hits"]] == [
+        h["found_by"]["bm25"]["score"] for h in bm25["hits"]
+    ]
+
+
+def test_filter_health_and_schema(server: SearchServer) -> None:
+    found = _post(
+        server, {"query": "keys retention access port", "k": 10, "filter": {"team": "ops"}}
+    )
+    assert {h["doc_id"] for h in found.json()["hits"]} == {"ops/keys.md", "ops/retention.md"}
+    health = _get(server, "/health")
+    assert health.status_code == 200
+    _validate(health.json(), "Health")
+    assert health.json()["chunks"] == 4 and health.json()["retrievers"] == [
+        "hybrid",
+        "bm25",
+        "dense",
+    ]
+    schema = _get(server, "/openapi.json").json()
+    assert schema == openapi_schema() and schema["openapi"].startswith("3.")
+    for part in schema["components"]["schemas"].values():
+        jsonschema.Draft202012Validator.check_schema(part)
+    served = {("/search", "post"), ("/health", "get"), ("/openapi.json", "get")}
+    assert {(path, method) for path, ops in schema["paths"].items() for method in ops} == served
+    for path, method in served:  # each documented operation answers as documented
+        reply = _post(server, {"query": "keys"}) if method == "post" else _get(server, path)
+        assert str(reply.status_code) in schema["paths"][path][method]["responses"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (b"{not json", "body"),
+        (b"[1, 2]", "body"),
+        (b'{"k": 3}', "query"),
+        (b'{"query": "  "}', "query"),
+        (b'{"query": "x", "k": 0}', "k"),
+        (b'{"query": "x", "k": "5"}', "k"),
+        (b'{"query": "x", "k": true}', "k"),
+        (b'{"query": "x", "k": 1001}', "k"),
+        (b'{"query": "x", "filter": ["team"]}', "filter"),
+        (b'{"query": "x", "retriever": "sparse"}', "retriever"),
+        (b'{"query": "x", "top_k": 5}', "top_k"),
+    ],
+)
+def test_a_bad_request_is_a_400_naming_the_field(
+    server: SearchServer, body: bytes, field: str
+) -> None:
+    reply = _post(server, None, raw=body)
+    assert reply.status_code == 400
+    assert "\n" not in reply.text.strip()
+    error = reply.json()
+    _validate(error, "Error")
+    assert error["field"] == field and error["error"].startswith(f"{field}: ")
+
+
+def test_wrong_paths_and_methods(server: SearchServer) -> None:
+    assert _get(server, "/nope").status_code == 404
+    wrong = _get(server, "/search")
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "POST"
+    assert httpx.post(f"{server.url}/health", content=b"{}", trust_env=False).status_code == 405
+
+
+def test_the_model_loads_before_the_server_listens(tmp_path: Path) -> None:
+    pipeline = RAGPipeline.open(_collection(tmp_path))
+    assert pipeline.embedder is not None and pipeline.embedder.stats.texts == 0
+    running = SearchServer(pipeline, "docs", "127.0.0.1", 0)
+    try:
+        embedder = pipeline.embedder
+        warmed = embedder.stats.texts
+        assert warmed > 0  # the warm-up query went through the model at start
+        thread = threading.Thread(target=running.serve_forever, daemon=True)
+        thread.start()
+        for _ in range(3):
+            assert _post(running, {"query": "signing keys", "k": 2}).status_code == 200
+        assert pipeline.embedder is embedder and embedder.stats.texts == warmed + 3
+    finally:
+        running.shutdown()
+        running.server_close()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "localhost", "::1"])
+def test_loopback_hosts_are_allowed(host: str) -> None:
+    check_host(host)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "example.org", "::"])
+def test_a_remote_host_needs_allow_remote(host: str, tmp_path: Path, capsys) -> None:
+    with pytest.raises(ConfigError, match="--allow-remote"):
+        check_host(host)
+    check_host(host, allow_remote=True)
+    _collection(tmp_path)
+    assert main(["serve", "--collection", "docs", "--db", str(tmp_path), "--host", host]) == 2
+    assert "not a loopback address" in capsys.readouterr().err
+
+
+def test_ragbench_serve_answers_over_http(tmp_path: Path) -> None:
+    _collection(tmp_path)
+    command = [sys.executable, "-m", "ragbench.cli", "serve", "--collection", "docs"]
+    process = subprocess.Popen(
+        [*command, "--db", str(tmp_path), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert "serving collection 'docs'" in line, process.stderr.read() if process.stderr else ""
+        match = re.search(r"http://127\.0\.0\.1:\d+", line)
+        assert match is not None, line
+        base = match.group()
+        assert httpx.get(f"{base}/health", trust_env=False).json()["collection"] == "docs"
+        reply = httpx.post(f"{base}/search", json={"query": "admin API port"}, trust_env=False)
+        assert reply.json()["hits"][0]["doc_id"] == "ref/ports.md"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+# ---------------------------------------------------------------- the CLI and the pipeline
+
+
+def test_retriever_override_runs_the_hybrids_own_indexes() -> None:
+    hybrid = RAGPipeline.from_config(CONFIG)
+    hybrid.index(DOCS)
+    alone = {
+        "bm25": RAGPipeline.from_config({**CONFIG, "retriever": {"kind": "bm25"}}),
+        "dense": RAGPipeline.from_config(
+            {**CONFIG, "retriever": {"kind": "dense", "store": {"kind": "exact"}}}
+        ),
+    }
+    queries = ["rotate keys", "admin API port", "who may read topics"]
+    for kind, pipeline in alone.items():
+        pipeline.index(DOCS)
+        expected = pipeline.search(queries, 3).ranking
+        got = hybrid.search(queries, 3, retriever=kind)
+        assert got.ranking.ids.tolist() == expected.ids.tolist()
+        np.testing.assert_allclose(got.ranking.scores, expected.scores)
+        assert set(got.found) == {kind}
+    with pytest.raises(ConfigError, match="available: bm25"):
+        alone["bm25"].search(queries, 3, retriever="dense")
+
+
+def test_search_result_names_its_scales() -> None:
+    pipeline = RAGPipeline.from_config(CONFIG)
+    pipeline.index(DOCS)
+    found = search(pipeline, "signing keys", k=2)
+    assert found.scale.startswith("RRF") and "at most 0.0328" in found.scale
+    assert found.scales == {
+        "bm25": "BM25 score (0 and up, unbounded: compare within one query)",
+        "dense": "cosine similarity (-1 to 1)",
+    }
+    assert found.took_ms > 0 and found.hits[0].found_by["bm25"] is not None
+
+
+def test_interactive_search_reads_queries_until_quit(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _collection(tmp_path)
+    args = ["search", "--interactive", "--collection", "docs", "--db", str(tmp_path), "-k", "1"]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("admin API port\nsigning keys\n:q\nACLs\n"))
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "ref/ports.md:chunk-0" in out and "ops/keys.md:chunk-0" in out
+    assert "sec/acl.md" not in out  # read after :q
+    assert out.count("score = RRF") == 2 and "bm25 #1" in out and "dense #" in out
+    monkeypatch.setattr(sys, "stdin", io.StringIO("signing keys\n\nACLs\n"))
+    assert main([*args, "--retriever", "bm25", "--format", "json"]) == 0
+    [rows] = [json.loads(capsys.readouterr().out)]  # one query: stops at the empty line
+    assert rows[0]["doc_id"] == "ops/keys.md" and set(rows[0]["found_by"]) == {"bm25"}
+    assert rows[0]["score_scale"].startswith("BM25")
+    monkeypatch.setattr(sys, "stdin", io.StringIO("signing keys"))  # EOF without a newline
+    assert main(args) == 0 and "ops/keys.md:chunk-0" in capsys.readouterr().out
+
+
+def test_search_flags_are_checked(tmp_path: Path, capsys) -> None:
+    _collection(tmp_path, "lexical", {**CONFIG, "retriever": {"kind": "bm25"}})
+    where = ["--collection", "lexical", "--db", str(tmp_path)]
+    assert main(["search", "keys", *where, "--retriever", "dense"]) == 2
+    assert "--retriever dense: collection 'lexical' serves bm25" in capsys.readouterr().err
+    assert main(["search", *where]) == 2
+    assert "give a query, or --interactive" in capsys.readouterr().err
+    assert (
+        main(["search", "topics keys", *where, "--filter", '{"team": "sec"}', "--format", "json"])
+        == 0
+    )
+    assert {r["doc_id"] for r in json.loads(capsys.readouterr().out)} == {"sec/acl.md"}
