@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,31 +41,16 @@ def texts_of(dataset: Path | str, n: int) -> list[str]:
     return texts
 
 
-def measure(
-    texts: Sequence[str],
-    model: str = DEFAULT_MODEL,
-    repeat: int = 2,
-    batch_size: int = 32,
-    max_seq_length: int = 256,
-) -> dict[str, Any]:
-    """Seconds and texts/s for ragbench's embedder and a direct ``encode`` on ``texts``."""
+def _direct(model: str, batch_size: int, max_seq_length: int) -> Callable[[list[str]], Any]:
+    """``SentenceTransformer.encode`` called directly (normalised float32 rows), warmed up."""
     from sentence_transformers import SentenceTransformer
 
-    from ragbench.index.embedders import SentenceTransformerConfig, SentenceTransformerEmbedder
     from ragbench.models import resolve_model
 
-    texts = list(texts)
-    config = SentenceTransformerConfig(
-        model=model, batch_size=batch_size, max_seq_length=max_seq_length
-    )
-    ours = SentenceTransformerEmbedder(config)
     direct = SentenceTransformer(resolve_model(model), device="cpu")
     direct.max_seq_length = max_seq_length
 
-    def run_ours() -> np.ndarray:
-        return ours.embed(texts, "document")
-
-    def run_direct() -> np.ndarray:
+    def encode(texts: list[str]) -> Any:
         return direct.encode(
             texts,
             batch_size=batch_size,
@@ -74,15 +59,44 @@ def measure(
             show_progress_bar=False,
         )
 
-    ours.embed(texts[:2], "document")  # load the model and warm up both sides
-    direct.encode(texts[:2], batch_size=batch_size, show_progress_bar=False)
-    best = {"ours": float("inf"), "direct": float("inf")}
+    encode(["warm", "up"])
+    return encode
+
+
+def _fastest(
+    sides: dict[str, Callable[[], np.ndarray]], repeat: int
+) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """Each side's fastest of ``repeat`` passes (sides alternate) and its vectors."""
+    best = dict.fromkeys(sides, float("inf"))
     vectors: dict[str, np.ndarray] = {}
     for _ in range(repeat):
-        for name, fn in (("ours", run_ours), ("direct", run_direct)):
+        for name, fn in sides.items():
             started = time.perf_counter()
             vectors[name] = fn()
             best[name] = min(best[name], time.perf_counter() - started)
+    return best, vectors
+
+
+def measure(
+    texts: Sequence[str],
+    model: str = DEFAULT_MODEL,
+    repeat: int = 2,
+    batch_size: int = 32,
+    max_seq_length: int = 256,
+) -> dict[str, Any]:
+    """Seconds and texts/s for ragbench's embedder and a direct ``encode`` on ``texts``."""
+    from ragbench.index.embedders import SentenceTransformerConfig, SentenceTransformerEmbedder
+
+    texts = list(texts)
+    config = SentenceTransformerConfig(
+        model=model, batch_size=batch_size, max_seq_length=max_seq_length
+    )
+    ours = SentenceTransformerEmbedder(config)
+    direct = _direct(model, batch_size, max_seq_length)
+    ours.embed(texts[:2], "document")  # load the model and warm up
+    best, vectors = _fastest(
+        {"ours": lambda: ours.embed(texts, "document"), "direct": lambda: direct(texts)}, repeat
+    )
     chars = [len(t) for t in texts]
     return {
         "model": model,
@@ -108,23 +122,11 @@ def backends(
 ) -> dict[str, Any]:
     """Texts/s of torch's ``encode`` and of the ONNX backend (fp32, int8) on ``texts``, and
     each ONNX side's cosine to torch's vectors (mean and minimum over the texts)."""
-    from sentence_transformers import SentenceTransformer
-
     from ragbench.index.embedders import SentenceTransformerConfig, SentenceTransformerEmbedder
-    from ragbench.models import resolve_model
 
     texts = list(texts)
-    direct = SentenceTransformer(resolve_model(model), device="cpu")
-    direct.max_seq_length = max_seq_length
-    sides: dict[str, Any] = {
-        "torch": lambda: direct.encode(
-            texts,
-            batch_size=batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
-    }
+    direct = _direct(model, batch_size, max_seq_length)
+    sides: dict[str, Callable[[], np.ndarray]] = {"torch": lambda: direct(texts)}
     for quantize in ("none", "int8"):
         embedder = SentenceTransformerEmbedder(
             SentenceTransformerConfig(
@@ -136,17 +138,9 @@ def backends(
             )
         )
         embedder.embed(texts[:2])  # export (or read the export) and warm up
-        sides["onnx-fp32" if quantize == "none" else "onnx-int8"] = lambda e=embedder: e.embed(
-            texts, "document"
-        )
-    direct.encode(texts[:2], batch_size=batch_size, show_progress_bar=False)
-    best = dict.fromkeys(sides, float("inf"))
-    vectors: dict[str, np.ndarray] = {}
-    for _ in range(repeat):
-        for name, fn in sides.items():
-            started = time.perf_counter()
-            vectors[name] = fn()
-            best[name] = min(best[name], time.perf_counter() - started)
+        name = "onnx-fp32" if quantize == "none" else "onnx-int8"
+        sides[name] = lambda e=embedder: e.embed(texts, "document")
+    best, vectors = _fastest(sides, repeat)
     rows = []
     for name, seconds in best.items():
         cosines = (vectors[name] * vectors["torch"]).sum(axis=1)
