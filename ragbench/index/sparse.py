@@ -289,20 +289,29 @@ class BM25Index:
         """Top-``k`` ids and scores for every query text (a str is one query), as one batch."""
         if isinstance(texts, str):
             texts = [texts]
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
-        n = len(texts)
-        ids = np.full((n, k), "", dtype=object)
-        scores = np.full((n, k), -np.inf, dtype=np.float64)
-        engine = self._built()
-        mask = self._mask(filter)
-        if engine is None or (mask is not None and not mask.any()):
+        ids, scores, engine, mask = self._start(len(texts), k, filter)
+        if engine is None:
             return Ranking(ids, scores)
         kk = min(k, self.count())
         docs, found, hits = engine.search(self._tokenizer.tokenize_many(texts), kk, mask)
         ids[:, :kk] = np.where(hits, self._id_array[docs], "")
         scores[:, :kk] = np.where(hits, found, -np.inf)
         return Ranking(ids, scores)
+
+    def _start(
+        self, n: int, k: int, filter: Mapping[str, Any] | None
+    ) -> tuple[np.ndarray, np.ndarray, Any, np.ndarray | None]:
+        """Empty results for ``n`` queries, the built engine and the filter's mask; the engine
+        is None when nothing can match (empty index, or a filter that matches nothing)."""
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        ids = np.full((n, k), "", dtype=object)
+        scores = np.full((n, k), -np.inf, dtype=np.float64)
+        engine = self._built()
+        mask = self._mask(filter)
+        if mask is not None and not mask.any():
+            engine = None
+        return ids, scores, engine, mask
 
     def terms(self, text: str) -> list[str]:
         """``text`` as this index's terms (its tokenizer: lowercasing, stopwords, stemming)."""
@@ -321,14 +330,8 @@ class BM25Index:
         """Top-``k`` for weighted-term queries (term → weight, terms as :meth:`terms` gives
         them): a text scores the weighted sum of its terms' BM25 scores — how pseudo-relevance
         feedback searches with an expanded query."""
-        if k < 1:
-            raise ValueError(f"k must be at least 1, got {k}")
-        n = len(queries)
-        ids = np.full((n, k), "", dtype=object)
-        scores = np.full((n, k), -np.inf, dtype=np.float64)
-        engine = self._built()
-        mask = self._mask(filter)
-        if engine is None or (mask is not None and not mask.any()):
+        ids, scores, engine, mask = self._start(len(queries), k, filter)
+        if engine is None:
             return Ranking(ids, scores)
         kk = min(k, self.count())
         for row, query in enumerate(queries):
