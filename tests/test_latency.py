@@ -129,6 +129,62 @@ def test_the_fastest_repeat_counts(tmp_path: Path) -> None:
     assert SLOW * 1000 <= trials["latency.query.p50_ms"].iloc[0] < 2 * SLOW * 1000
 
 
+COUNTED: dict[str, int] = {}
+
+
+class CountedConfig(StepConfig):
+    """A query step for this test: counts the queries it transforms."""
+
+    kind: Literal["counted"] = "counted"
+
+    def plan(self, g: PlanBuilder, upstream: str | None, k: int) -> None:
+        def compute(env: Env, queries: Sequence[str]) -> Queries:
+            texts = list(queries)
+            COUNTED["queries"] = COUNTED.get("queries", 0) + len(texts)
+            return Queries(texts, np.arange(len(texts)), np.full(len(texts), 1e-3))
+
+        g.queries = g.add(
+            "counted",
+            "query",
+            (g.queries,),
+            (component_key(self),),
+            compute,
+            QUERIES,
+            latency="query",
+        )
+
+
+components("query").register_config(CountedConfig)
+
+
+def test_a_stage_two_trials_share_is_measured_once_per_query() -> None:
+    labeled = load_dataset(str(require(DEMO)))
+    env = Env(corpus=labeled.documents)
+    texts = [q.text for q in labeled.queries[:4]]
+    ids = [q.id for q in labeled.queries[:4]]
+    shared: dict = {}
+    reports = []
+    for k1 in (0.9, 1.5):  # the same query stage, two BM25 searches
+        configs = {
+            "chunker": components("chunker").parse({"kind": "none"}),
+            "query": components("query").parse({"kind": "counted"}),
+            "retriever": components("retriever").parse({"kind": "bm25", "k1": k1}),
+        }
+        plan = compile_plan(configs, 5)
+        built = Execution(plan, env)
+        index = {s.name: built[s.name] for s in plan.index_stages()}
+        before = COUNTED.get("queries", 0)
+        reports.append(measure(plan, env, index, ids, texts, repeats=2, shared=shared))
+        COUNTED[f"ran {k1}"] = COUNTED.get("queries", 0) - before
+    assert COUNTED["ran 0.9"] == 1 + 2 * len(texts)  # warm-up, then every repeat
+    assert COUNTED["ran 1.5"] == 0  # measured for the first trial: reused
+    first, second = reports
+    assert second.stages["query"] == first.stages["query"]
+    assert all(s > 0 for s in second.stages["bm25"])  # the second trial's own search ran
+    assert second.stages["bm25"] != first.stages["bm25"]
+    assert len({(key, qid) for key, qid in shared}) == 3 * len(texts)  # query + 2 searches
+
+
 def _burn(seconds: float) -> None:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:

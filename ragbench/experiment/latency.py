@@ -18,6 +18,13 @@ were interrupted, the time the correction removed and the share of the machine o
 used meanwhile (``contention``), so a report can flag figures measured on a busy machine. The
 result is cached like any artifact, with the date and machine it was measured on; ``--remeasure-
 latency`` measures again.
+
+Trials of a sweep share query-time stages: every dense trial embeds the query with the same
+model, every hybrid of a chunking runs the same dense search. A stage is identified by its key
+(its config and its inputs' keys), so a measurement made for one trial holds for every trial
+that plans the same stage: within a run, each distinct stage is measured once per sampled query
+(``Shared``), and the trials after that reuse its figures and its value (the stages after it
+read the value, exactly as if it had just been computed).
 """
 
 from __future__ import annotations
@@ -28,14 +35,12 @@ import platform
 import resource
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from ragbench.retrieve.graph import Env, Execution, Plan
 from ragbench.retrieve.timed import cpu_wait
@@ -44,13 +49,15 @@ __all__ = [
     "CONTENTION",
     "FORMAT",
     "LatencyReport",
+    "Measured",
+    "Shared",
     "cpu_times",
     "machine",
     "measure",
     "other_cpu_share",
 ]
 
-FORMAT = 3
+FORMAT = 4
 """Version of the measurement (part of its cache key): a new way of measuring measures again."""
 
 CONTENTION = 0.2
@@ -150,6 +157,22 @@ def _threads(threads: int | None) -> Iterator[int | None]:
             torch.set_num_threads(previous)
 
 
+@dataclass(frozen=True)
+class Measured:
+    """One query-time stage measured on one query: its fastest repeat's seconds (less its wait
+    for a CPU), that repeat's CPU seconds, and the stage's value for the query (what the stages
+    after it read)."""
+
+    seconds: float
+    cpu: float
+    value: Any
+
+
+Shared = MutableMapping[tuple[str, str], Measured]
+"""Measurements by (stage key, query id), shared by the trials of a run: a stage that several
+trials plan (the same query embedding, the same BM25 search) is measured once."""
+
+
 def measure(
     plan: Plan,
     env: Env,
@@ -159,45 +182,68 @@ def measure(
     repeats: int = 3,
     threads: int | None = 1,
     retries: int = 3,
+    shared: Shared | None = None,
 ) -> LatencyReport:
     """Time ``plan``'s query-time stages on each query alone (indexes ``provided``), after one
     warm-up query, ``repeats`` times (an interrupted repeat is run again, up to ``retries`` more
     times per query, and every repeat's time is corrected by its wait for a CPU); per query and
-    stage the fastest repeat counts."""
-    best: list[dict[str, float]] = [{} for _ in queries]
-    cpu = np.full(len(queries), np.inf)
+    stage the fastest repeat counts. Stages ``shared`` already holds for a query are not run
+    again: their measurement and value are reused; those measured here are added to it."""
+    shared = {} if shared is None else shared
+    timed = {n: s for n, s in plan.stages.items() if s.latency is not None}
+    known = [
+        {n: shared[(s.key, qid)] for n, s in timed.items() if (s.key, qid) in shared}
+        for qid in query_ids
+    ]
+    inputs = [{**provided, **{n: m.value for n, m in k.items()}} for k in known]
+    best: list[dict[str, tuple[float, float]]] = [{} for _ in queries]
+    last: list[Execution | None] = [None for _ in queries]
     runs = interrupted = 0
     kept_wall = kept_wait = 0.0
     with _threads(threads) as used:
-        if queries:
-            _one(plan, env, provided, queries[0])  # loads models and warms caches
+        if queries and len(known[0]) < len(timed):
+            _one(plan, env, inputs[0], queries[0])  # loads models and warms caches
         start, started = cpu_times(), time.perf_counter()
         for _ in range(repeats):
             for i, text in enumerate(queries):
+                if len(known[i]) == len(timed):
+                    continue
                 for attempt in range(retries + 1):
                     switches, queued = _preempted(), cpu_wait()
-                    before, began = time.process_time(), time.perf_counter()
-                    seconds = _one(plan, env, provided, text)
+                    began = time.perf_counter()
+                    execution = _one(plan, env, inputs[i], text)
                     wall = time.perf_counter() - began
-                    spent = time.process_time() - before
                     wait = min(wall, cpu_wait() - queued)
+                    seconds = execution.stage_latency(less_waits=True)
                     runs += 1
                     clean = _preempted() == switches
                     interrupted += 0 if clean else 1
                     if clean or attempt == retries:
                         kept_wall, kept_wait = kept_wall + wall, kept_wait + wait
-                        cpu[i] = min(cpu[i], spent)
-                        for stage, value in seconds.items():
-                            best[i][stage] = min(best[i].get(stage, np.inf), value)
+                        for name in timed.keys() - known[i].keys():
+                            value = (float(seconds[name][0]), execution.cpu.get(name, 0.0))
+                            best[i][name] = min(best[i].get(name, value), value)
+                        last[i] = execution
                         break
         contention = other_cpu_share(start, cpu_times(), time.perf_counter() - started)
-    stages = {s: [b[s] for b in best] for s in (best[0] if best else {})}
-    total = [float(sum(b.values())) for b in best]
+    for i, qid in enumerate(query_ids):
+        ran = last[i]
+        if ran is not None:
+            for name, (fastest, cpu) in best[i].items():
+                shared[(timed[name].key, qid)] = Measured(fastest, cpu, ran[name])
+        best[i] |= {n: (m.seconds, m.cpu) for n, m in known[i].items()}
+    stages: dict[str, list[float]] = {}
+    for name, stage in timed.items():
+        column = [b[name][0] for b in best]
+        previous = stages.get(str(stage.latency))
+        stages[str(stage.latency)] = (
+            column if previous is None else [a + b for a, b in zip(previous, column, strict=True)]
+        )
     return LatencyReport(
         query_ids=list(query_ids),
         stages=stages,
-        total=total,
-        cpu=[float(c) for c in cpu],
+        total=[float(sum(s for s, _ in b.values())) for b in best],
+        cpu=[float(sum(c for _, c in b.values())) for b in best],
         repeats=repeats,
         threads=used,
         contention=contention,
@@ -214,8 +260,11 @@ def _preempted() -> int:
     return resource.getrusage(who).ru_nivcsw if who is not None else 0
 
 
-def _one(plan: Plan, env: Env, provided: Mapping[str, Any], text: str) -> dict[str, float]:
-    """Seconds per timed stage for one query, less each stage's wait for a CPU."""
+def _one(plan: Plan, env: Env, provided: Mapping[str, Any], text: str) -> Execution:
+    """The plan run on one query, its timed stages computed (those not ``provided``)."""
     live = dataclasses.replace(env, queries=[text], warm_up=False)
-    latency = Execution(plan, live, provided=provided).latency(less_waits=True)
-    return {stage: float(seconds[0]) for stage, seconds in latency.items()}
+    execution = Execution(plan, live, provided=provided)
+    for name, stage in plan.stages.items():
+        if stage.latency is not None:
+            execution[name]
+    return execution

@@ -32,7 +32,7 @@ from ragbench.evaluate.answers import AnswerSample, evaluate_answers, needs
 from ragbench.evaluate.labels import evaluate_chunks
 from ragbench.evaluate.metrics import parse_metrics, relevant_query_ids
 from ragbench.experiment.config import ExperimentConfig, Trial
-from ragbench.experiment.latency import FORMAT, LatencyReport, machine, measure
+from ragbench.experiment.latency import FORMAT, LatencyReport, Shared, machine, measure
 from ragbench.experiment.store import TrialResult
 from ragbench.index.cache import StageCache, default_cache_root
 from ragbench.llm.cache import LLMCache
@@ -140,6 +140,8 @@ class Context:
         sample = sorted(order[: config.latency.queries])
         self.latency_sample = [(queries[i].id, queries[i].text) for i in sample]
         self.remeasured: set[tuple[str, str]] = set()
+        self.latency_shared: dict[str | None, Shared] = {}
+        """Stage measurements of the latency pass shared by trials, per remeasure token."""
         self.skipped = _skipped(config.evaluation.metrics, self.labeled)
         self.metrics = [m for m in config.evaluation.metrics if m not in self.skipped]
         answer = {m.name for m in parse_metrics(self.metrics) if m.level == "answer"}
@@ -292,7 +294,17 @@ def _latency(ctx: Context, execution: Execution, remeasure: str | None) -> Laten
         provided = {s.name: execution[s.name] for s in plan.index_stages()}
         texts = [text for _, text in ctx.latency_sample]
         with telemetry.suppressed():  # each query runs alone, repeatedly: no span per stage
-            return measure(plan, ctx.env, provided, ids, texts, settings.repeats, settings.threads)
+            shared = ctx.latency_shared.setdefault(remeasure, {})
+            return measure(
+                plan,
+                ctx.env,
+                provided,
+                ids,
+                texts,
+                settings.repeats,
+                settings.threads,
+                shared=shared,
+            )
 
     with telemetry.span("latency", key=key, queries=len(ids)) as span:
         report = ctx.cache.get("latency", key, compute, _save_latency, _load_latency)
@@ -437,23 +449,20 @@ def _costs(
 def _top_chunks(ctx: Context, ranking: Ranking, table: ChunkTable) -> pd.DataFrame:
     """The first chunks of every query with text excerpts, for drill-downs in reports."""
     head = ranking.head(_TOP_CHUNKS)
-    found_rows = []
-    for qid, ids, scores in zip(ctx.query_ids, head.ids, head.scores, strict=True):
-        found = [c for c in ids if c]
-        positions: np.ndarray | list[int] = (
-            table.rows(np.asarray(found, dtype=object)) if found else []
-        )
-        for rank, (cid, pos) in enumerate(zip(found, positions, strict=True), start=1):
-            found_rows.append(
-                {
-                    "query_id": qid,
-                    "rank": rank,
-                    "chunk_id": cid,
-                    "doc_id": table.doc_ids[pos],
-                    "start": int(table.starts[pos]),
-                    "end": int(table.ends[pos]),
-                    "score": float(scores[rank - 1]),
-                    "text": str(table.texts[pos])[:EXCERPT] if table.texts is not None else "",
-                }
-            )
-    return pd.DataFrame(found_rows)
+    ids = np.asarray(head.ids, dtype=object)
+    rows = table.rows(ids)
+    query, column = np.nonzero(rows >= 0)  # query by query, best first
+    found = rows[query, column]
+    texts = table.texts[found] if table.texts is not None else np.full(len(found), "")
+    return pd.DataFrame(
+        {
+            "query_id": np.asarray(ctx.query_ids, dtype=object)[query],
+            "rank": column + 1,
+            "chunk_id": ids[query, column],
+            "doc_id": table.doc_ids[found],
+            "start": table.starts[found],
+            "end": table.ends[found],
+            "score": np.asarray(head.scores, dtype=np.float64)[query, column],
+            "text": [str(t)[:EXCERPT] for t in texts],
+        }
+    )

@@ -564,13 +564,20 @@ def _pool(tokens: np.ndarray, mask: np.ndarray, modes: Sequence[str], skip: int)
 
 
 _ENCODERS: dict[Path, OnnxEncoder] = {}
+_LOADED: dict[tuple[str, str | None, str, Path], OnnxEncoder] = {}
 _ENCODERS_LOCK = threading.Lock()
 
 
 def load_encoder(
     name: str, revision: str | None, quantize: Quantize, root: Path | str | None = None
 ) -> OnnxEncoder:
-    """The encoder of model ``name``'s export (exported on first use), shared in-process."""
+    """The encoder of model ``name``'s export (exported on first use), shared in-process: the
+    export is verified when a process first loads it, not at every call (a query embedded
+    alone would otherwise pay for reading the whole model file)."""
+    key = (name, revision, quantize, ArtifactCache(root).root)
+    with _ENCODERS_LOCK:
+        if key in _LOADED:
+            return _LOADED[key]
     directory = exported_model(name, revision, quantize, root)
     with _ENCODERS_LOCK:
         if directory not in _ENCODERS:
@@ -580,4 +587,5 @@ def load_encoder(
                 raise OnnxBackendError(
                     f"cannot load the ONNX export of {name!r} ({directory}): {_one_line(exc)}"
                 ) from exc
-        return _ENCODERS[directory]
+        _LOADED[key] = _ENCODERS[directory]
+        return _LOADED[key]

@@ -26,6 +26,7 @@ import dataclasses
 import hashlib
 import json
 import string
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -512,6 +513,8 @@ class Execution:
         self.waited: dict[str, float] = {}
         """Seconds each stage computed here spent runnable but waiting for a CPU (its inputs'
         time excluded): what other processes cost it (``latency(less_waits=True)``)."""
+        self.cpu: dict[str, float] = {}
+        """CPU seconds of the process while each stage computed here ran (inputs excluded)."""
 
     def __getitem__(self, name: str) -> Any:
         if name in self._values:
@@ -524,8 +527,9 @@ class Execution:
         def compute() -> Any:
             computed.append(True)
             inputs = [self[i] for i in stage.inputs]
-            queued = cpu_wait()
+            queued, cpu = cpu_wait(), time.process_time()
             value = stage.compute(self.env, *inputs)
+            self.cpu[name] = time.process_time() - cpu
             self.waited[name] = cpu_wait() - queued
             return value
 
@@ -548,10 +552,20 @@ class Execution:
         return self[self.plan.output].ranking
 
     def latency(self, less_waits: bool = False) -> dict[str, np.ndarray]:
-        """Seconds per query of every timed stage, in plan order (each such stage is loaded
-        or computed); a stage that ran once per text of a multi-text query counts the sum of
-        its texts. ``less_waits`` takes out of each stage the time it waited for a CPU, shared
-        evenly over the queries (exact for the one-query executions of the latency pass)."""
+        """Seconds per query of every timed stage, by latency name, in plan order (each such
+        stage is loaded or computed; see ``stage_latency``)."""
+        found: dict[str, np.ndarray] = {}
+        for name, seconds in self.stage_latency(less_waits).items():
+            column = str(self.plan.stages[name].latency)
+            found[column] = found[column] + seconds if column in found else seconds
+        return found
+
+    def stage_latency(self, less_waits: bool = False) -> dict[str, np.ndarray]:
+        """Seconds per query of every timed stage, by stage name, in plan order (each such
+        stage is loaded or computed); a stage that ran once per text of a multi-text query
+        counts the sum of its texts. ``less_waits`` takes out of each stage the time it waited
+        for a CPU, shared evenly over the queries (exact for the one-query executions of the
+        latency pass), but never the CPU time it used."""
         owner = self._owner()
         found = {}
         for name, stage in self.plan.stages.items():
@@ -561,9 +575,10 @@ class Execution:
             n = len(self.env.queries)
             if owner is not None and len(seconds) == len(owner) != n:
                 seconds = np.bincount(owner, weights=seconds, minlength=n).astype(np.float64)
-            if less_waits and n:
-                seconds = np.maximum(seconds - self.waited.get(name, 0.0) / n, 0.0)
-            found[stage.latency] = seconds
+            if less_waits and n:  # never below the CPU time the stage itself used
+                floor = np.minimum(seconds, self.cpu.get(name, 0.0) / n)
+                seconds = np.maximum(seconds - self.waited.get(name, 0.0) / n, floor)
+            found[name] = seconds
         return found
 
     def _owner(self) -> np.ndarray | None:

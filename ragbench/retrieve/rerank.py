@@ -315,9 +315,8 @@ class DenseRerankConfig(RerankerConfig):
     def reranker(self, env: Env, chunks: ChunkSet, *resources: Any) -> Reranker:
         """A dense reranker reading document and query vectors from the planned stages."""
         vectors, queries = resources
-        known = dict(zip(chunks.ids, range(len(chunks)), strict=True))
         asked = dict(zip(env.queries, np.asarray(queries.vectors), strict=True))
-        return DenseReranker(self, env.embedder(self.embedder), (known, vectors), asked)
+        return DenseReranker(self, env.embedder(self.embedder), (chunks.row_of, vectors), asked)
 
 
 def _unit_rows(vectors: np.ndarray) -> np.ndarray:

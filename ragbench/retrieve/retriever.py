@@ -104,13 +104,13 @@ def fuse_documents(
     the dense list missed it, its first chunk)."""
     lists = [document_ranking(dense, table), document_ranking(bm25, bm25_table)]
     fused, seconds = fuse(fusion, [ranking.head(depth) for ranking in lists], k, warm_up)
-    doc_of = dict(zip(table.ids, table.doc_ids, strict=True))
+    dense_rows = table.rows(dense.ids)
     found = []
     for i in range(len(fused.ids)):
         best: dict[str, str] = {}
-        for chunk_id in dense.ids[i]:
-            if chunk_id:
-                best.setdefault(doc_of[chunk_id], chunk_id)
+        for row in dense_rows[i]:
+            if row >= 0:
+                best.setdefault(table.doc_ids[row], table.ids[row])
         row = []
         for doc, score in fused.row(i):
             chunk = best.get(doc) or next(iter(table.ids[table.doc_rows(doc)]), None)

@@ -20,6 +20,9 @@ from ragbench.types import Chunk, Ranking
 
 __all__ = ["ChunkTable", "document_ranking", "first_rows"]
 
+_FEW = 4096
+"""Up to this many ids, ``ChunkTable.rows`` looks them up in a dict; more go through arrow."""
+
 
 @dataclass(frozen=True, eq=False)
 class ChunkTable:
@@ -80,6 +83,10 @@ class ChunkTable:
         return pa.array(self.ids, type=pa.string())
 
     @cached_property
+    def _row_of(self) -> dict[str, int]:
+        return {str(cid): row for row, cid in enumerate(self.ids)}
+
+    @cached_property
     def _documents(self) -> tuple[np.ndarray, np.ndarray]:
         names, codes = np.unique(self.doc_ids, return_inverse=True)
         return names, codes.astype(np.int64)
@@ -109,9 +116,13 @@ class ChunkTable:
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Row of each chunk id (same shape), -1 for ``""`` padding; unknown ids raise."""
         ids = np.asarray(ids, dtype=object)
-        flat = pa.array(ids.ravel(), type=pa.string())
-        found = pc.index_in(flat, value_set=self._arrow_ids).fill_null(-1)
-        rows = found.to_numpy(zero_copy_only=False).astype(np.int64)
+        if ids.size <= _FEW:  # one query's hits: a dict beats arrow's per-call hash table
+            row_of = self._row_of
+            rows = np.fromiter((row_of.get(c, -1) for c in ids.ravel()), np.int64, ids.size)
+        else:
+            flat = pa.array(ids.ravel(), type=pa.string())
+            found = pc.index_in(flat, value_set=self._arrow_ids).fill_null(-1)
+            rows = found.to_numpy(zero_copy_only=False).astype(np.int64)
         unknown = (rows < 0) & (ids.ravel() != "")
         if unknown.any():
             first = ids.ravel()[np.argmax(unknown)]
