@@ -15,6 +15,7 @@ import importlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from importlib.metadata import entry_points
 from typing import Annotated, Any, ClassVar, Generic, TypeVar, cast
 
@@ -237,9 +238,11 @@ def components(family: str) -> Registry[Any]:
     return _REGISTRIES[family]
 
 
+@cache
 def load_plugins() -> None:
-    """Import every ``ragbench.components`` entry point not imported yet (each registers its
-    kinds and axes on import)."""
+    """Import every ``ragbench.components`` entry point (each registers its kinds and axes on
+    import), once per process: scanning the installed distributions takes tens of
+    milliseconds, and a plugin installed later is seen by the next process."""
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.value not in _PLUGINS:
             _PLUGINS.add(ep.value)

@@ -89,7 +89,8 @@ class Ranking(NamedTuple):
 
     def row(self, i: int) -> list[tuple[str, float]]:
         """The non-padded (id, score) pairs of query ``i`` in rank order."""
-        return [(c, float(s)) for c, s in zip(self.ids[i], self.scores[i], strict=True) if c]
+        ids, scores = self.ids[i].tolist(), self.scores[i].tolist()
+        return [(c, float(s)) for c, s in zip(ids, scores, strict=True) if c]
 
     def head(self, k: int) -> Ranking:
         """The first ``k`` columns."""

@@ -152,11 +152,18 @@ def write_run(
     """Write a TREC run: per query, trec_eval's order (score desc, doc id desc), ranks 1..n,
     scores as ``repr`` of the float (exact round trip)."""
     tag = _token(tag)
+    tokens: dict[str, str] = {}  # a document id recurs across queries: escape it once
     with open(path, "w", encoding="utf-8") as handle:
         for qid, results in run.items():
             ordered = sorted(results.items(), key=lambda p: (p[1], p[0]), reverse=True)
+            query = _token(qid)
+            lines = []
             for rank, (docid, score) in enumerate(ordered, start=1):
-                handle.write(f"{_token(qid)} Q0 {_token(docid)} {rank} {float(score)!r} {tag}\n")
+                doc = tokens.get(docid)
+                if doc is None:
+                    doc = tokens[docid] = _token(docid)
+                lines.append(f"{query} Q0 {doc} {rank} {float(score)!r} {tag}\n")
+            handle.write("".join(lines))
 
 
 def ranking_to_run(ranking: Ranking, query_ids: Sequence[str]) -> Run:

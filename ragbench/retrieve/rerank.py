@@ -319,6 +319,10 @@ class DenseRerankConfig(RerankerConfig):
         return DenseReranker(self, env.embedder(self.embedder), (chunks.row_of, vectors), asked)
 
 
+_PAIR_BLOCK = 2048
+"""Query-passage pairs a dense reranker scores per numpy call."""
+
+
 def _unit_rows(vectors: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
@@ -366,7 +370,12 @@ class DenseReranker:
         d = _unit_rows(self._passages(list(chunk_rows), texts))
         qi = np.fromiter((query_rows[i] for i, _ in pairs), dtype=np.int64, count=len(pairs))
         ti = np.fromiter((chunk_rows[c] for _, c in pairs), dtype=np.int64, count=len(pairs))
-        return np.einsum("ij,ij->i", q[qi].astype(np.float64), d[ti].astype(np.float64))
+        q, d = q.astype(np.float64), d.astype(np.float64)
+        scores = np.empty(len(pairs), dtype=np.float64)
+        for s in range(0, len(pairs), _PAIR_BLOCK):  # bounded temporaries, cache-sized
+            block = slice(s, s + _PAIR_BLOCK)
+            scores[block] = np.einsum("ij,ij->i", q[qi[block]], d[ti[block]])
+        return scores
 
     def rerank(
         self, queries: Sequence[str], ranking: Ranking, texts: Mapping[str, str], k: int

@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from functools import cache, cached_property
 from typing import Literal
@@ -36,6 +38,14 @@ ENGLISH_STOPWORDS: frozenset[str] = frozenset(
 )
 
 Unit = Literal["chars", "tokens", "words"]
+
+# Corpora tokenized recently, per tokenizer: a sweep builds one BM25 index per (k1, b) over the
+# same chunks, and tokenizing (regex, stopwords, stemming) is most of each build. Batches below
+# _CORPUS texts (queries) are not kept.
+_CORPUS = 256
+_RECENT_CORPORA = 2
+_recent: OrderedDict[tuple[str, int], tuple[tuple[str, ...], list[list[str]]]] = OrderedDict()
+_recent_lock = threading.Lock()
 
 
 class TokenizerConfig(BaseModel):
@@ -81,6 +91,7 @@ class WordTokenizer:
 
     def __init__(self, config: TokenizerConfig | None = None) -> None:
         self.config = config or TokenizerConfig()
+        self._key = self.config.key()
         self._regex = re.compile(self.config.pattern)
         stop = self.config.stopwords
         if stop == "english":
@@ -106,8 +117,23 @@ class WordTokenizer:
         return self._stem(words) if self._stem else words
 
     def tokenize_many(self, texts: Iterable[str]) -> list[list[str]]:
-        """Terms of many texts."""
-        return [self.tokenize(t) for t in texts]
+        """Terms of many texts. A corpus tokenized by an equal tokenizer among the last few is
+        not tokenized again (the term lists are shared: callers must not mutate them)."""
+        batch = tuple(texts)
+        if len(batch) < _CORPUS:
+            return [self.tokenize(t) for t in batch]
+        slot = (self._key, hash(batch))
+        with _recent_lock:
+            found = _recent.get(slot)
+            if found is not None and found[0] == batch:
+                _recent.move_to_end(slot)
+                return list(found[1])
+        terms = [self.tokenize(t) for t in batch]
+        with _recent_lock:
+            _recent[slot] = (batch, terms)
+            while len(_recent) > _RECENT_CORPORA:
+                _recent.popitem(last=False)
+        return list(terms)
 
 
 class _CharCounter:
