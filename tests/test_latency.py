@@ -5,6 +5,8 @@ and measured again on request."""
 from __future__ import annotations
 
 import multiprocessing
+import os
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +29,7 @@ from ragbench.retrieve.graph import (
     compile_plan,
     component_key,
 )
+from ragbench.retrieve.timed import cpu_wait
 from tests.paths import DEMO, require
 
 SLOW = 0.02
@@ -227,3 +230,25 @@ def test_latency_settings_are_checked(bad: dict, tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match=f"latency.{next(iter(bad))}"):
         load_config(_config(**bad))
+
+
+@pytest.mark.skipif(
+    not Path("/proc/thread-self/schedstat").exists(), reason="needs Linux schedstat"
+)
+def test_cpu_wait_counts_per_thread_and_closes_what_a_finished_thread_opened() -> None:
+    cpu_wait()
+    before = len(os.listdir("/proc/self/fd"))
+    seen: list[tuple[float, float]] = []
+
+    def work() -> None:
+        first = cpu_wait()
+        sum(range(200_000))
+        seen.append((first, cpu_wait()))
+
+    for _ in range(20):
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+    assert len(seen) == 20
+    assert all(0 <= first <= last for first, last in seen)
+    assert len(os.listdir("/proc/self/fd")) == before

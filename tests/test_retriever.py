@@ -10,6 +10,8 @@ from ragbench.errors import ConfigError
 from ragbench.pipeline import RAGPipeline
 from ragbench.registry import components
 from ragbench.retrieve.postprocess import apply_threshold
+from ragbench.retrieve.retriever import fuse_documents
+from ragbench.text.chunk_table import ChunkTable
 from ragbench.types import Document, Ranking
 
 TEXTS = [
@@ -117,3 +119,29 @@ def test_hybrid_over_two_chunkings_fuses_per_document() -> None:
     assert ranking.ids[0, 0].startswith("d2:") and ranking.ids[1, 0].startswith("d3:")
     pipeline.delete_document("d2")
     assert not any(c.startswith("d2:") for c in pipeline.search(QUERIES, k=6).ranking.ids[0])
+
+
+def test_documents_fused_across_chunkings_show_their_best_dense_chunk() -> None:
+    def table(ids: list[str]) -> ChunkTable:
+        n = len(ids)
+        docs = [c.split(":")[0] for c in ids]
+        return ChunkTable(np.array(ids, object), np.array(docs, object), np.zeros(n), np.ones(n))
+
+    passages = table(["a:0", "a:1", "b:0", "b:1", "c:0"])  # d has no passage
+    whole = table(["a", "b", "c", "d"])
+    dense = Ranking(
+        np.array([["a:1", "b:0", "a:0"], ["c:0", "", ""]], object),
+        np.array([[0.9, 0.8, 0.7], [0.5, -np.inf, -np.inf]]),
+    )
+    bm25 = Ranking(
+        np.array([["d", "b", "c"], ["b", "d", "a"]], object),
+        np.array([[3.0, 2.0, 1.0], [4.0, 3.0, 2.0]]),
+    )
+    rrf = components("fusion").build({"kind": "rrf", "k": 60})
+    fused, seconds = fuse_documents(rrf, dense, passages, bm25, whole, depth=3, k=4)
+    assert seconds.shape == (2,)
+    # query 0: b (both lists) > a (dense first) > d (no passage: dropped) ; c from BM25 only
+    assert fused.ids[0].tolist() == ["b:0", "a:1", "c:0", ""]
+    # query 1: b and a missed by the dense list show their first passage
+    assert fused.ids[1].tolist() == ["b:0", "c:0", "a:0", ""]
+    assert fused.scores[0, 0] > fused.scores[0, 1] > fused.scores[0, 2] > fused.scores[0, 3]

@@ -33,7 +33,7 @@ from ragbench.registry import component_field, components
 from ragbench.retrieve.artifacts import RANKING, ChunkSet, QueryUsage, Timed
 from ragbench.retrieve.assemble import quote_untrusted, system_notice
 from ragbench.retrieve.graph import Env, PlanBuilder, StepConfig, component_key
-from ragbench.retrieve.timed import per_query, rows
+from ragbench.retrieve.timed import QUALITY_BATCH, per_query, rows
 from ragbench.types import Ranking
 
 __all__ = [
@@ -139,7 +139,8 @@ def rerank(
         spent.append((after[0] - before[0], after[1] - before[1]))
         return found
 
-    reranked, seconds = per_query(step, len(queries), k, warm_up)
+    batch = getattr(reranker, "batch", 1)
+    reranked, seconds = per_query(step, len(queries), k, warm_up, batch)
     if not isinstance(client, LLMClient):
         return Timed(reranked, seconds)
     counts = np.array(spent[len(spent) - len(queries) :], dtype=np.int64).reshape(-1, 2)
@@ -153,15 +154,16 @@ def _tokens(client: object) -> tuple[int, int]:
 
 
 def _with_tail(head: Ranking, first: Ranking, k: int) -> Ranking:
-    """One-row ``head`` followed by the rest of ``first`` (up to ``k``), scored below it."""
-    hits = head.row(0)
-    taken = {c for c, _ in hits}
-    tail = [c for c, _ in first.row(0) if c not in taken][: k - len(hits)]
-    if not tail:
-        return head
-    floor = min((s for _, s in hits), default=0.0)
-    found = hits + [(c, floor - 1.0 - i) for i, c in enumerate(tail)]
-    return Ranking.from_rows([found], k)
+    """Each row of ``head`` followed by the rest of that row of ``first`` (up to ``k``),
+    scored below it."""
+    found = []
+    for i in range(len(head.ids)):
+        hits = head.row(i)
+        taken = {c for c, _ in hits}
+        tail = [c for c, _ in first.row(i) if c not in taken][: k - len(hits)]
+        floor = min((s for _, s in hits), default=0.0)
+        found.append(hits + [(c, floor - 1.0 - j) for j, c in enumerate(tail)])
+    return Ranking.from_rows(found, k)
 
 
 class RerankerConfig(StepConfig):
@@ -334,6 +336,9 @@ class DenseReranker:
     ``documents`` — (chunk id → row, vectors) — and ``queries`` — (query text → vector) —
     supply vectors computed beforehand; texts missing there are embedded on the fly.
     """
+
+    batch = QUALITY_BATCH
+    """Queries per call in a quality pass: scoring is one matrix product, whatever the batch."""
 
     def __init__(
         self,

@@ -28,7 +28,7 @@ from ragbench.retrieve.artifacts import (
 )
 from ragbench.retrieve.graph import Env, PlanBuilder, StepConfig, component_key
 from ragbench.retrieve.timed import QUALITY_BATCH, per_query, rows
-from ragbench.text.chunk_table import ChunkTable, document_ranking
+from ragbench.text.chunk_table import ChunkTable, document_ranking, first_rows
 from ragbench.types import Ranking
 
 __all__ = [
@@ -104,20 +104,38 @@ def fuse_documents(
     the dense list missed it, its first chunk)."""
     lists = [document_ranking(dense, table), document_ranking(bm25, bm25_table)]
     fused, seconds = fuse(fusion, [ranking.head(depth) for ranking in lists], k, warm_up)
-    dense_rows = table.rows(dense.ids)
-    found = []
-    for i in range(len(fused.ids)):
-        best: dict[str, str] = {}
-        for row in dense_rows[i]:
-            if row >= 0:
-                best.setdefault(table.doc_ids[row], table.ids[row])
-        row = []
-        for doc, score in fused.row(i):
-            chunk = best.get(doc) or next(iter(table.ids[table.doc_rows(doc)]), None)
-            if chunk is not None:  # a document this chunking left without chunks drops out
-                row.append((str(chunk), score))
-        found.append(row)
-    return Ranking.from_rows(found, k), seconds
+    ids = np.full((len(fused.ids), k), "", dtype=object)
+    scores = np.full((len(fused.ids), k), -np.inf)
+    if len(table) == 0:
+        return Ranking(ids, scores), seconds
+    shown = _shown_chunks(fused.ids, dense, table)
+    known = shown >= 0  # a document this chunking left without chunks drops out
+    r, c = np.nonzero(known)
+    place = (np.cumsum(known, axis=1) - 1)[r, c]
+    ids[r, place] = table.ids[shown[r, c]]
+    scores[r, place] = fused.scores[r, c]
+    return Ranking(ids, scores), seconds
+
+
+def _shown_chunks(docs: np.ndarray, dense: Ranking, table: ChunkTable) -> np.ndarray:
+    """Per document of ``docs`` (a ranking's ids, one row per query), the row in ``table`` of
+    its first chunk in that query's ``dense`` list, else of its first chunk in the table; -1
+    for padding and documents without chunks in ``table`` (which must not be empty)."""
+    names, codes = table.doc_names, table.doc_codes
+    code = np.searchsorted(names, docs).clip(0, len(names) - 1)
+    known = (docs != "") & (names[code] == docs)
+    shown = np.where(known, np.unique(codes, return_index=True)[1][code], -1)
+    best = first_rows(table.rows(dense.ids), key=codes)
+    query, column = np.nonzero(best >= 0)
+    if len(query) == 0:
+        return shown
+    best_rows = best[query, column]
+    keys = query * len(names) + codes[best_rows]  # (query, document), unique
+    order = np.argsort(keys)
+    keys, best_rows = keys[order], best_rows[order]
+    wanted = np.arange(len(docs))[:, None] * len(names) + code
+    at = np.searchsorted(keys, wanted).clip(0, len(keys) - 1)
+    return np.where(known & (keys[at] == wanted), best_rows[at], shown)
 
 
 def _default(family: str, kind: str) -> Any:

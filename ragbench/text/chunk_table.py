@@ -154,8 +154,10 @@ def first_rows(rows: np.ndarray, key: np.ndarray | None = None) -> np.ndarray:
     valid = rows >= 0
     keys = np.full(rows.shape, -1, dtype=np.int64)
     keys[valid] = key[rows[valid]] if key is not None else rows[valid]
-    span = int(keys.max(initial=0)) + 2
-    flat = (np.arange(len(rows))[:, None] * span + keys + 1).ravel()
-    first = np.zeros(flat.size, dtype=bool)
-    first[np.unique(flat, return_index=True)[1]] = True
-    return np.where(first.reshape(rows.shape) & valid, rows, -1)
+    order = np.argsort(keys, axis=1, kind="stable")  # per ranking row: short sorts
+    ordered = np.take_along_axis(keys, order, axis=1)
+    starts = np.ones(rows.shape, dtype=bool)
+    starts[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    first = np.zeros(rows.shape, dtype=bool)
+    np.put_along_axis(first, order, starts, axis=1)
+    return np.where(first & valid, rows, -1)
