@@ -85,6 +85,9 @@ def test_document_ranking_keeps_the_first_chunk_of_each_document(table: ChunkTab
     assert docs.row(0) == [("a", 0.9), ("b", 0.8)]
     assert docs.row(1) == [("c", 0.5)]
     assert docs.ids.shape == (2, 2)
+    assert document_ranking(ranking, table) is docs  # projected once per ranking and table
+    other = ChunkTable.from_chunks([Chunk("a:chunk-2", "b", 0, 0, 1, "x")])
+    assert document_ranking(Ranking.from_rows([[("a:chunk-2", 0.9)]]), other).row(0) == [("b", 0.9)]
 
 
 def test_document_level_uses_document_qrels(table: ChunkTable, labeled: LabeledSet) -> None:

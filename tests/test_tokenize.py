@@ -75,11 +75,12 @@ def test_counts_match_the_reference_tokenizers() -> None:
 def test_a_corpus_tokenized_again_gives_the_same_terms_per_tokenizer() -> None:
     corpus = [f"Running dogs {i} and the cats were jumping" for i in range(300)]
     stemmed, plain = WordTokenizer(), WordTokenizer(TokenizerConfig(stemmer=None))
-    first = stemmed.tokenize_many(corpus)
+    first = stemmed.tokenize_corpus(corpus)
     assert first == [stemmed.tokenize(t) for t in corpus]
     assert first[0] == ["run", "dog", "0", "cat", "were", "jump"]
-    assert plain.tokenize_many(corpus)[0] == ["running", "dogs", "0", "cats", "were", "jumping"]
-    again = WordTokenizer().tokenize_many(list(corpus))
+    assert plain.tokenize_corpus(corpus)[0] == ["running", "dogs", "0", "cats", "were", "jumping"]
+    again = WordTokenizer().tokenize_corpus(list(corpus))
     assert again == first and again is not first
+    assert again[0] is first[0]  # not tokenized again
     changed = [*corpus[:-1], "Flying birds"]
-    assert WordTokenizer().tokenize_many(changed)[-1] == ["fli", "bird"]
+    assert WordTokenizer().tokenize_corpus(changed)[-1] == ["fli", "bird"]

@@ -245,7 +245,7 @@ class BM25Index:
         """Index ``texts`` under ``ids``; an id already present is replaced."""
         if len(texts) != len(ids) or (metadata is not None and len(metadata) != len(ids)):
             raise DataError("ids, texts and metadata must have the same length")
-        tokens = self._tokenizer.tokenize_many(texts)
+        tokens = self._tokenizer.tokenize_corpus(texts)
         for i, id_ in enumerate(ids):
             meta = dict(metadata[i]) if metadata is not None else {}
             pos = self._position.get(id_)

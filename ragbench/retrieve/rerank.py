@@ -321,10 +321,6 @@ class DenseRerankConfig(RerankerConfig):
         return DenseReranker(self, env.embedder(self.embedder), (chunks.row_of, vectors), asked)
 
 
-_PAIR_BLOCK = 2048
-"""Query-passage pairs a dense reranker scores per numpy call."""
-
-
 def _unit_rows(vectors: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
@@ -375,11 +371,12 @@ class DenseReranker:
         d = _unit_rows(self._passages(list(chunk_rows), texts))
         qi = np.fromiter((query_rows[i] for i, _ in pairs), dtype=np.int64, count=len(pairs))
         ti = np.fromiter((chunk_rows[c] for _, c in pairs), dtype=np.int64, count=len(pairs))
-        q, d = q.astype(np.float64), d.astype(np.float64)
+        q = q.astype(np.float64)
         scores = np.empty(len(pairs), dtype=np.float64)
-        for s in range(0, len(pairs), _PAIR_BLOCK):  # bounded temporaries, cache-sized
-            block = slice(s, s + _PAIR_BLOCK)
-            scores[block] = np.einsum("ij,ij->i", q[qi[block]], d[ti[block]])
+        order = np.argsort(qi, kind="stable")  # one matrix-vector product per query
+        bounds = np.flatnonzero(np.diff(qi[order])) + 1
+        for at in np.split(order, bounds):
+            scores[at] = d[ti[at]].astype(np.float64) @ q[qi[at[0]]]
         return scores
 
     def rerank(

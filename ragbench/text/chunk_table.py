@@ -133,9 +133,27 @@ class ChunkTable:
         return rows.reshape(ids.shape)
 
 
+_RECENT_DOCUMENT_RANKINGS = 4
+_recent: list[tuple[Ranking, ChunkTable, Ranking]] = []
+
+
 def document_ranking(ranking: Ranking, table: ChunkTable) -> Ranking:
     """Chunk ranking → document ranking: each document appears once, at the position of its
-    first chunk in the ranking and with that chunk's score."""
+    first chunk in the ranking and with that chunk's score.
+
+    The last few results are kept by the identity of their inputs: every per-document fusion
+    of a sweep projects the same first-stage ranking again (rankings are not modified in
+    place)."""
+    for seen, seen_table, found in _recent:
+        if seen is ranking and seen_table is table:
+            return found
+    found = _document_ranking(ranking, table)
+    _recent.insert(0, (ranking, table, found))
+    del _recent[_RECENT_DOCUMENT_RANKINGS:]
+    return found
+
+
+def _document_ranking(ranking: Ranking, table: ChunkTable) -> Ranking:
     rows = first_rows(table.rows(ranking.ids), key=table.doc_codes)
     keep = rows >= 0
     width = int(keep.sum(axis=1).max(initial=0))

@@ -40,10 +40,8 @@ ENGLISH_STOPWORDS: frozenset[str] = frozenset(
 Unit = Literal["chars", "tokens", "words"]
 
 # Corpora tokenized recently, per tokenizer: a sweep builds one BM25 index per (k1, b) over the
-# same chunks, and tokenizing (regex, stopwords, stemming) is most of each build. Batches below
-# _CORPUS texts (queries) are not kept.
-_CORPUS = 256
-_RECENT_CORPORA = 2
+# same chunks, and tokenizing (regex, stopwords, stemming) is most of each build.
+_RECENT_CORPORA = 4
 _recent: OrderedDict[tuple[str, int], tuple[tuple[str, ...], list[list[str]]]] = OrderedDict()
 _recent_lock = threading.Lock()
 
@@ -117,18 +115,21 @@ class WordTokenizer:
         return self._stem(words) if self._stem else words
 
     def tokenize_many(self, texts: Iterable[str]) -> list[list[str]]:
-        """Terms of many texts. A corpus tokenized by an equal tokenizer among the last few is
-        not tokenized again (the term lists are shared: callers must not mutate them)."""
+        """Terms of many texts."""
+        return [self.tokenize(t) for t in texts]
+
+    def tokenize_corpus(self, texts: Iterable[str]) -> list[list[str]]:
+        """Terms of the texts of a corpus to index. A corpus tokenized by an equal tokenizer
+        among the last few is not tokenized again (the term lists are shared: callers must not
+        mutate them)."""
         batch = tuple(texts)
-        if len(batch) < _CORPUS:
-            return [self.tokenize(t) for t in batch]
         slot = (self._key, hash(batch))
         with _recent_lock:
             found = _recent.get(slot)
             if found is not None and found[0] == batch:
                 _recent.move_to_end(slot)
                 return list(found[1])
-        terms = [self.tokenize(t) for t in batch]
+        terms = self.tokenize_many(batch)
         with _recent_lock:
             _recent[slot] = (batch, terms)
             while len(_recent) > _RECENT_CORPORA:
