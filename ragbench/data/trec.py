@@ -22,6 +22,7 @@ import math
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from operator import itemgetter
 from typing import TypeVar
 
 import pandas as pd
@@ -155,7 +156,7 @@ def write_run(
     tokens: dict[str, str] = {}  # a document id recurs across queries: escape it once
     with open(path, "w", encoding="utf-8") as handle:
         for qid, results in run.items():
-            ordered = sorted(results.items(), key=lambda p: (p[1], p[0]), reverse=True)
+            ordered = sorted(results.items(), key=itemgetter(1, 0), reverse=True)
             query = _token(qid)
             lines = []
             for rank, (docid, score) in enumerate(ordered, start=1):

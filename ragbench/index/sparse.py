@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from itertools import pairwise
+from itertools import chain, pairwise
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -95,10 +95,10 @@ class _Bm25sEngine:
         self.model = model
 
     @classmethod
-    def build(cls, config: BM25Config, corpus: list[list[str]]) -> _Bm25sEngine:
-        """Index ``corpus`` through bm25s' token-id input (our own vocabulary)."""
-        vocab: dict[str, int] = {}
-        token_ids = [[vocab.setdefault(t, len(vocab)) for t in doc] for doc in corpus]
+    def build(
+        cls, config: BM25Config, vocab: dict[str, int], token_ids: list[list[int]]
+    ) -> _Bm25sEngine:
+        """Index a corpus given as term ids over ``vocab``, bm25s' token-id input."""
         model = bm25s.BM25(k1=config.k1, b=config.b, delta=config.delta, method=config.variant)
         model.index((token_ids, vocab), create_empty_token=False, show_progress=False)
         if config.variant in ("robertson", "lucene"):
@@ -232,6 +232,7 @@ class BM25Index:
         self._position: dict[str, int] = {}
         self._engine: _Engine | None = None
         self._id_array = np.empty(0, dtype=object)
+        self._term_id_cache: tuple[dict[str, int], list[list[int]]] | None = None
         self._stale = False
 
     def count(self) -> int:
@@ -256,7 +257,7 @@ class BM25Index:
                 self._tokens.append(tokens[i])
             else:
                 self._meta[pos], self._tokens[pos] = meta, tokens[i]
-        self._stale = True
+        self._stale, self._term_id_cache = True, None
 
     def delete(self, ids: Sequence[str]) -> None:
         """Remove ``ids`` (unknown ids are ignored)."""
@@ -268,7 +269,16 @@ class BM25Index:
         self._meta = [self._meta[p] for p in keep]
         self._tokens = [self._tokens[p] for p in keep]
         self._position = {id_: p for p, id_ in enumerate(self._ids)}
-        self._stale = True
+        self._stale, self._term_id_cache = True, None
+
+    def _term_ids(self) -> tuple[dict[str, int], list[list[int]]]:
+        """The corpus as term ids over its own vocabulary (terms numbered in order of first
+        appearance), computed once per corpus: bm25s indexes them and ``save`` writes them."""
+        if self._term_id_cache is None:
+            vocab: dict[str, int] = {}
+            ids = [[vocab.setdefault(t, len(vocab)) for t in doc] for doc in self._tokens]
+            self._term_id_cache = (vocab, ids)
+        return self._term_id_cache
 
     def _built(self) -> _Engine | None:
         """The backend index over the current corpus (None when no text has a term)."""
@@ -278,7 +288,7 @@ class BM25Index:
             self._engine = None
             if any(self._tokens):
                 if self.config.backend == "bm25s":
-                    self._engine = _Bm25sEngine.build(self.config, self._tokens)
+                    self._engine = _Bm25sEngine.build(self.config, *self._term_ids())
                 else:
                     self._engine = _RankBm25Engine(self.config, self._tokens)
         return self._engine
@@ -366,10 +376,10 @@ class BM25Index:
         directory = Path(path)
         directory.mkdir(parents=True, exist_ok=True)
         engine = self._built()
-        vocab: dict[str, int] = {}
-        flat = [vocab.setdefault(t, len(vocab)) for doc in self._tokens for t in doc]
-        offsets = np.cumsum([0, *map(len, self._tokens)], dtype=np.int64)
-        np.save(directory / "tokens.npy", np.asarray(flat, dtype=np.int32), allow_pickle=False)
+        vocab, ids = self._term_ids()
+        flat = np.fromiter(chain.from_iterable(ids), dtype=np.int32)
+        offsets = np.cumsum([0, *map(len, ids)], dtype=np.int64)
+        np.save(directory / "tokens.npy", flat, allow_pickle=False)
         np.save(directory / "offsets.npy", offsets, allow_pickle=False)
         _write_json(directory / "vocab.json", list(vocab))
         state = {
