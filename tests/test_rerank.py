@@ -26,6 +26,7 @@ from ragbench.retrieve.rerank import (
     NoReranker,
     RerankError,
     parse_score,
+    rerank,
 )
 from ragbench.types import Ranking
 
@@ -178,6 +179,23 @@ def test_dense_matches_cosine_of_the_embedder() -> None:
     out = reranker.rerank(QUERIES, FIRST_STAGE, TEXTS, k=3)
     assert_rows(out, expected_rows(pairs, direct, 3), 3)
     assert out.ids[0, 0] == "c1"  # the only candidate among the first 3 that mentions cats purring
+
+
+def test_hits_after_the_candidates_follow_in_first_stage_order_below_them() -> None:
+    reranker = components("reranker").build(
+        {"kind": "dense", "embedder": {"kind": "hashing", "dim": 256}, "candidates": 2}
+    )
+    found = rerank(reranker, QUERIES, FIRST_STAGE, TEXTS, k=4, warm_up=False).ranking
+    head = reranker.rerank(QUERIES, FIRST_STAGE.head(2), TEXTS, k=2)
+    assert found.ids[0].tolist() == [*head.ids[0], "c1", "c2"]
+    assert found.ids[1].tolist() == [*head.ids[1], "c1", ""]
+    assert found.ids[2].tolist() == ["", "", "", ""]
+    assert (np.diff(found.scores[0]) <= 0).all()
+    assert found.scores[0, 2] < found.scores[0, :2].min()
+    assert found.scores[1, 2] < found.scores[1, :2].min()
+    deep = rerank(reranker, QUERIES, FIRST_STAGE.head(2), TEXTS, k=4, warm_up=False).ranking
+    assert deep.ids[0].tolist()[:2] == head.ids[0].tolist()  # nothing after the candidates
+    assert (deep.ids[:, 2:] == "").all()
 
 
 def test_dense_embeds_each_distinct_text_once() -> None:

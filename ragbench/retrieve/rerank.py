@@ -156,6 +156,9 @@ def _tokens(client: object) -> tuple[int, int]:
 def _with_tail(head: Ranking, first: Ranking, k: int) -> Ranking:
     """Each row of ``head`` followed by the rest of that row of ``first`` (up to ``k``),
     scored below it."""
+    have = (head.ids != "").sum(axis=1)
+    if (have >= np.minimum(k, (first.ids != "").sum(axis=1))).all():
+        return head  # every row holds k hits, or all of its first-stage hits: no tail
     found = []
     for i in range(len(head.ids)):
         hits = head.row(i)
