@@ -42,6 +42,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ragbench.retrieve.graph import Env, Execution, Plan
 from ragbench.retrieve.timed import cpu_wait
 
@@ -232,13 +234,8 @@ def measure(
             for name, (fastest, cpu) in best[i].items():
                 shared[(timed[name].key, qid)] = Measured(fastest, cpu, ran[name])
         best[i] |= {n: (m.seconds, m.cpu) for n, m in known[i].items()}
-    stages: dict[str, list[float]] = {}
-    for name, stage in timed.items():
-        column = [b[name][0] for b in best]
-        previous = stages.get(str(stage.latency))
-        stages[str(stage.latency)] = (
-            column if previous is None else [a + b for a, b in zip(previous, column, strict=True)]
-        )
+    per_stage = {name: np.array([b[name][0] for b in best]) for name in timed}
+    stages = {s: v.tolist() for s, v in plan.by_latency_name(per_stage).items()}
     return LatencyReport(
         query_ids=list(query_ids),
         stages=stages,

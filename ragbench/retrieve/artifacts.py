@@ -80,11 +80,6 @@ class ChunkSet:
         """Chunk ids, in order."""
         return [c.id for c in self.chunks]
 
-    @cached_property
-    def row_of(self) -> dict[str, int]:
-        """Chunk id → its position."""
-        return {c.id: row for row, c in enumerate(self.chunks)}
-
     @property
     def metadata(self) -> list[Mapping[str, Any]]:
         """Chunk metadata, in order."""

@@ -224,6 +224,15 @@ class Plan:
         """The index-time stages, in order."""
         return [s for s in self.stages.values() if s.index]
 
+    def by_latency_name(self, per_stage: Mapping[str, Any]) -> dict[str, Any]:
+        """Per-stage seconds (by stage name, in plan order) summed per latency name: stages
+        reported under one name (two BM25 searches of a hybrid) add up."""
+        found: dict[str, Any] = {}
+        for name, seconds in per_stage.items():
+            column = str(self.stages[name].latency)
+            found[column] = found[column] + seconds if column in found else seconds
+        return found
+
 
 class PlanBuilder:
     """Collects the stages of one plan; steps add theirs with ``add``.
@@ -554,11 +563,7 @@ class Execution:
     def latency(self, less_waits: bool = False) -> dict[str, np.ndarray]:
         """Seconds per query of every timed stage, by latency name, in plan order (each such
         stage is loaded or computed; see ``stage_latency``)."""
-        found: dict[str, np.ndarray] = {}
-        for name, seconds in self.stage_latency(less_waits).items():
-            column = str(self.plan.stages[name].latency)
-            found[column] = found[column] + seconds if column in found else seconds
-        return found
+        return self.plan.by_latency_name(self.stage_latency(less_waits))
 
     def stage_latency(self, less_waits: bool = False) -> dict[str, np.ndarray]:
         """Seconds per query of every timed stage, by stage name, in plan order (each such

@@ -321,7 +321,9 @@ class DenseRerankConfig(RerankerConfig):
         """A dense reranker reading document and query vectors from the planned stages."""
         vectors, queries = resources
         asked = dict(zip(env.queries, np.asarray(queries.vectors), strict=True))
-        return DenseReranker(self, env.embedder(self.embedder), (chunks.row_of, vectors), asked)
+        return DenseReranker(
+            self, env.embedder(self.embedder), (chunks.table.row_of, vectors), asked
+        )
 
 
 def _unit_rows(vectors: np.ndarray) -> np.ndarray:

@@ -83,7 +83,8 @@ class ChunkTable:
         return pa.array(self.ids, type=pa.string())
 
     @cached_property
-    def _row_of(self) -> dict[str, int]:
+    def row_of(self) -> dict[str, int]:
+        """Chunk id → its row."""
         return {str(cid): row for row, cid in enumerate(self.ids)}
 
     @cached_property
@@ -117,7 +118,7 @@ class ChunkTable:
         """Row of each chunk id (same shape), -1 for ``""`` padding; unknown ids raise."""
         ids = np.asarray(ids, dtype=object)
         if ids.size <= _FEW:  # one query's hits: a dict beats arrow's per-call hash table
-            row_of = self._row_of
+            row_of = self.row_of
             rows = np.fromiter((row_of.get(c, -1) for c in ids.ravel()), np.int64, ids.size)
         else:
             flat = pa.array(ids.ravel(), type=pa.string())
