@@ -134,6 +134,39 @@ def test_fused_rows_are_unique_sorted_and_complete(
     assert [s for _, s in row] == sorted((s for _, s in row), reverse=True)
 
 
+@given(
+    st.lists(
+        st.lists(
+            st.lists(
+                st.tuples(st.sampled_from("abcdef"), st.sampled_from([0.0, 0.5, 1.0, 2.0])),
+                max_size=6,
+            ),
+            min_size=1,
+            max_size=3,
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.integers(1, 8),
+    st.sampled_from(["rrf", "weighted", "convex"]),
+    st.sampled_from(["minmax", "zscore", "rank"]),
+)
+def test_a_batch_fuses_each_query_as_if_alone(
+    lists: list[list[list[tuple[str, float]]]], k: int, kind: str, normalization: str
+) -> None:
+    """Queries fused together (padding, repeated ids, ties) get the rows each gets alone."""
+    queries = len(lists[0])
+    rows = [[lst[q] if q < len(lst) else [] for lst in lists] for q in range(queries)]
+    spec = {"kind": kind} if kind == "rrf" else {"kind": kind, "normalization": normalization}
+    fusion = components("fusion").build(spec)
+    together = [Ranking.from_rows([r[i] for r in rows], k=6) for i in range(len(lists))]
+    batch = fusion.fuse(together, k)
+    for q, parts in enumerate(rows):
+        alone = fusion.fuse([ranking(part, k=6) for part in parts], k)
+        assert batch.ids[q].tolist() == alone.ids[0].tolist()
+        assert batch.scores[q].tolist() == alone.scores[0].tolist()
+
+
 # --- normalisation ---------------------------------------------------------------------------
 
 

@@ -141,6 +141,19 @@ def test_empty_and_unknown_queries_give_empty_rows(backend: str) -> None:
     assert ranking.ids[3].tolist() == ["d2", "d1", ""]  # "cats" stems to "cat"
 
 
+@pytest.mark.parametrize(("backend", "variant"), BACKENDS)
+def test_equal_scores_rank_in_indexing_order_also_at_the_cut(backend: str, variant: str) -> None:
+    """Like Lucene: of equal scores, the document indexed first ranks first, whichever
+    backend, for plain and weighted queries (the cut-off keeps the first indexed)."""
+    ids = ["t5", "t1", "x", "t4", "t2", "t3"] + [f"other{i}" for i in range(6)]
+    texts = ["tulip", "tulip", "rose garden", "tulip", "tulip", "tulip"] + ["rose"] * 6
+    index = BM25Index(BM25Config(backend=backend, variant=variant))
+    index.add(ids, texts)  # tulip in fewer than half the documents: robertson's idf > 0
+    for ranking in (index.search(["tulip"], 3), index.search_weighted([{"tulip": 1.0}], 3)):
+        assert ranking.ids[0].tolist() == ["t5", "t1", "t4"]
+        assert len(set(ranking.scores[0].tolist())) == 1
+
+
 def test_k_larger_than_the_corpus_pads() -> None:
     ranking = build().search(["cat", "bird"], 10)
     assert ranking.ids.shape == (2, 10)

@@ -23,9 +23,10 @@ from ragbench.experiment.trial import chunk_depth
 from ragbench.index.sparse import BM25Config, BM25Index
 from ragbench.pipeline import RAGPipeline
 from ragbench.registry import components
-from ragbench.retrieve.artifacts import TEXTS
+from ragbench.retrieve.artifacts import RANKING, TEXTS, Timed
 from ragbench.retrieve.graph import Env, PlanBuilder, StepConfig, compile_plan, component_key
 from ragbench.text.chunk_table import document_ranking
+from ragbench.types import Ranking
 from tests.paths import DEMO, REPO, require
 
 HASHING = {"kind": "hashing", "dim": 256}
@@ -263,3 +264,24 @@ def test_an_installed_plugin_adds_a_retriever_a_reranker_and_an_axis(tmp_path: P
         cut = trials.loc[f"{label} | cutoff:top"]
         assert cut["recall@10"] <= trials.loc[label, "recall@10"]
     assert trials["recall@10"].max() > 0.3
+
+
+def test_a_cached_ranking_reads_back_whole_in_either_layout(tmp_path: Path) -> None:
+    """Rankings are cached with their ids coded; entries cached with whole ids still load."""
+    ranking = Ranking.from_rows([[("d1#0", 2.0), ("d2#1", 1.5)], [("d2#1", 0.5)], []], k=3)
+    timed = Timed(ranking, np.array([0.1, 0.2, 0.3]))
+    RANKING.save(timed, tmp_path)
+    back = RANKING.load(tmp_path)
+    assert back.ranking.ids.dtype == object
+    assert back.ranking.ids.tolist() == ranking.ids.tolist()
+    assert back.ranking.scores.tolist() == ranking.scores.tolist()
+    assert back.seconds.tolist() == [0.1, 0.2, 0.3]
+    old = tmp_path / "old"
+    old.mkdir()
+    np.savez(
+        old / "ranking.npz",
+        ids=ranking.ids.astype(str),
+        scores=ranking.scores,
+        seconds=timed.seconds,
+    )
+    assert RANKING.load(old).ranking.ids.tolist() == ranking.ids.tolist()

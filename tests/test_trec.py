@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ragbench.data.trec import (
     qrels_from_frame,
@@ -97,6 +99,34 @@ def test_write_ranking_skips_padding_and_keeps_first_occurrences(tmp_path: Path)
     from_file = evaluate_run(qrels, read_run(path), ["mrr", "ndcg@3"])
     direct = evaluate(qrels, ranking, ["q1", "q2"], ["mrr", "ndcg@3"])
     assert from_file["mrr"].tolist() == direct["mrr"].tolist() == [0.5, 1.0]
+
+
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["a", "b", "c d", "%e", ""]), st.sampled_from([0.0, 0.5, 2.0])
+            ),
+            max_size=5,
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.booleans(),
+)
+def test_write_ranking_is_write_run_of_its_run(
+    tmp_path_factory: pytest.TempPathFactory, rows: list[list[tuple[str, float]]], repeat: bool
+) -> None:
+    """Rows already in order are written as they are, the others sorted: either way the file
+    is that of the run the ranking stands for (padding, repeats, ties, one query twice)."""
+    folder = tmp_path_factory.mktemp("runs")
+    ranking = Ranking.from_rows([sorted(r, key=lambda e: -e[1]) for r in rows], k=5)
+    qids = [f"q {i}" for i in range(len(rows))]
+    if repeat:
+        qids[-1] = qids[0]
+    write_ranking(folder / "ranking.trec", ranking, qids, tag="t")
+    write_run(folder / "run.trec", ranking_to_run(ranking, qids), tag="t")
+    assert (folder / "ranking.trec").read_text() == (folder / "run.trec").read_text()
 
 
 def test_writing_rejects_fields_that_would_not_read_back(tmp_path: Path) -> None:

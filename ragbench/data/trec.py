@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from operator import itemgetter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from operator import itemgetter, le
 from typing import TypeVar
 
 import pandas as pd
@@ -152,14 +152,25 @@ def write_run(
 ) -> None:
     """Write a TREC run: per query, trec_eval's order (score desc, doc id desc), ranks 1..n,
     scores as ``repr`` of the float (exact round trip)."""
+    ordered = (
+        (qid, sorted(results.items(), key=itemgetter(1, 0), reverse=True))
+        for qid, results in run.items()
+    )
+    _write_ordered(path, ordered, tag)
+
+
+def _write_ordered(
+    path: PathLike, rows: Iterable[tuple[str, Sequence[tuple[str, float]]]], tag: str
+) -> None:
+    """Write ``(query id, [(document id, score), ...])`` rows, each already in trec_eval's
+    order; a document id recurring across queries is escaped once."""
     tag = _token(tag)
-    tokens: dict[str, str] = {}  # a document id recurs across queries: escape it once
+    tokens: dict[str, str] = {}
     with open(path, "w", encoding="utf-8") as handle:
-        for qid, results in run.items():
-            ordered = sorted(results.items(), key=itemgetter(1, 0), reverse=True)
+        for qid, results in rows:
             query = _token(qid)
             lines = []
-            for rank, (docid, score) in enumerate(ordered, start=1):
+            for rank, (docid, score) in enumerate(results, start=1):
                 doc = tokens.get(docid)
                 if doc is None:
                     doc = tokens[docid] = _token(docid)
@@ -183,8 +194,31 @@ def ranking_to_run(ranking: Ranking, query_ids: Sequence[str]) -> Run:
 def write_ranking(
     path: PathLike, ranking: Ranking, query_ids: Sequence[str], tag: str = "ragbench"
 ) -> None:
-    """Write a ``Ranking`` (row ``i`` = ``query_ids[i]``) as a TREC run; see ``write_run``."""
-    write_run(path, ranking_to_run(ranking, query_ids), tag)
+    """Write a ``Ranking`` (row ``i`` = ``query_ids[i]``) as a TREC run; see ``write_run``.
+
+    The file is that of ``write_run(path, ranking_to_run(ranking, query_ids), tag)``; a row
+    whose scores strictly decrease, without padding or repeats inside (the usual row), is
+    already in trec_eval's order and is written as it is, without a sort."""
+    if len(set(query_ids)) != len(query_ids):  # rows of one query merge: the general path
+        write_run(path, ranking_to_run(ranking, query_ids), tag)
+        return
+    if len(ranking.ids) != len(query_ids):
+        raise ValueError(f"ranking has {len(ranking.ids)} rows for {len(query_ids)} query ids")
+
+    def rows() -> Iterator[tuple[str, Sequence[tuple[str, float]]]]:
+        for qid, ids, scores in zip(
+            query_ids, ranking.ids.tolist(), ranking.scores.tolist(), strict=True
+        ):
+            if "" in ids or len(set(ids)) != len(ids) or any(map(le, scores, scores[1:])):
+                results: dict[str, float] = {}
+                for docid, score in zip(ids, scores, strict=True):
+                    if docid:
+                        results.setdefault(docid, score)
+                yield qid, sorted(results.items(), key=itemgetter(1, 0), reverse=True)
+            else:
+                yield qid, list(zip(ids, scores, strict=True))
+
+    _write_ordered(path, rows(), tag)
 
 
 def unwritable(value: str) -> str | None:

@@ -199,10 +199,15 @@ def _usage_of(data: Any) -> QueryUsage | None:
 
 
 def _save_ranking(timed: Timed, path: Path) -> None:
+    """``ranking.npz``: ids as codes into their distinct names (an id recurs across queries,
+    and fixed-width text per cell made a ranking ~7 MB), scores, seconds, counters."""
     counters: dict[str, Any] = {f"counter_{n}": v for n, v in (timed.counters or {}).items()}
+    ids = timed.ranking.ids
+    codes, names = pd.factorize(ids.ravel(), sort=False)
     np.savez(
         path / "ranking.npz",
-        ids=timed.ranking.ids.astype(str),
+        names=np.asarray(names, dtype=str),
+        codes=codes.astype(np.int32).reshape(ids.shape),
         scores=timed.ranking.scores,
         seconds=timed.seconds,
         **_usage_arrays(timed.usage),
@@ -215,7 +220,11 @@ def _save_ranking(timed: Timed, path: Path) -> None:
 
 def _load_ranking(path: Path) -> Timed:
     data = np.load(path / "ranking.npz")
-    ranking = Ranking(data["ids"].astype(object), data["scores"])
+    if "codes" in data.files:
+        ids = data["names"].astype(object)[data["codes"]]
+    else:  # written before ids were coded
+        ids = data["ids"].astype(object)
+    ranking = Ranking(ids, data["scores"])
     counters = {k.removeprefix("counter_"): data[k] for k in data.files if k.startswith("counter_")}
     traces = path / "traces.json"
     return Timed(

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 import numpy as np
+import pandas as pd
 from pydantic import Field, model_validator
 
 from ragbench.registry import ComponentConfig, components
@@ -74,21 +75,66 @@ def _check(rankings: Sequence[Ranking], weights: tuple[float, ...] | None, k: in
         raise ValueError(f"got {len(weights)} fusion weights for {len(rankings)} rankings")
 
 
-def _unique_row(ranking: Ranking, q: int) -> list[tuple[str, float]]:
-    """Row ``q`` without padding, keeping only the first occurrence of each id."""
-    seen: set[str] = set()
-    out = []
-    for cid, score in ranking.row(q):
-        if cid not in seen:
-            seen.add(cid)
-            out.append((cid, score))
-    return out
+class _Entries(NamedTuple):
+    """Every list's first occurrence of each id per query, flattened in list then rank order."""
+
+    query: np.ndarray  # row of the query
+    code: np.ndarray  # index into ``names``
+    rank: np.ndarray  # 1-based rank among the row's distinct ids
+    score: np.ndarray
+    part: np.ndarray  # which ranking
+    names: np.ndarray  # distinct ids
+    order: np.ndarray  # position of each name in sorted id order (the last tie-break)
 
 
-def _top(fused: dict[str, float], best: dict[str, int], k: int) -> list[tuple[str, float]]:
-    """Top ``k`` by fused score desc, then best input rank asc, then id asc."""
-    order = sorted(fused, key=lambda c: (-fused[c], best[c], c))[:k]
-    return [(c, fused[c]) for c in order]
+def _entries(rankings: Sequence[Ranking]) -> _Entries:
+    """The rankings' entries without padding and repeated ids (a repeat keeps its first rank),
+    ids coded by one hash pass (``pandas.factorize``), not by a sort of the strings."""
+    codes, names = pd.factorize(np.concatenate([r.ids.ravel() for r in rankings]), sort=False)
+    names = np.asarray(names, dtype=object)
+    parts, at = [], 0
+    for i, r in enumerate(rankings):
+        n, depth = r.ids.shape if r.ids.ndim == 2 else (len(r.ids), 0)
+        code = codes[at : at + n * depth].reshape(n, depth)
+        at += n * depth
+        keep = r.ids != ""
+        query = np.repeat(np.arange(n), depth).reshape(n, depth)
+        pair = query * len(names) + code
+        first = np.zeros(int(keep.sum()), dtype=bool)
+        first[np.unique(pair[keep], return_index=True)[1]] = True
+        kept = np.zeros_like(keep)
+        kept[keep] = first
+        rank = np.cumsum(kept, axis=1)
+        score = r.scores[kept].astype(np.float64)
+        parts.append((query[kept], code[kept], rank[kept], score, np.full(len(score), i)))
+    order = np.empty(len(names), dtype=np.int64)
+    order[np.argsort(names)] = np.arange(len(names))
+    query, code, rank, score, part = (np.concatenate(c) for c in zip(*parts, strict=True))
+    return _Entries(query, code, rank, score, part, names, order)
+
+
+def _pairs(e: _Entries) -> tuple[np.ndarray, np.ndarray]:
+    """Each entry's (query, id) pair as an index into the distinct pairs, and the pairs."""
+    pairs, index = np.unique(e.query * len(e.names) + e.code, return_inverse=True)
+    return index, pairs
+
+
+def _top(
+    e: _Entries, pairs: np.ndarray, fused: np.ndarray, best: np.ndarray, n: int, k: int
+) -> Ranking:
+    """Per query the top ``k`` pairs by fused score desc, then best input rank asc, then id
+    asc, as a ranking of ``n`` rows padded to ``k``."""
+    query, code = pairs // max(1, len(e.names)), pairs % max(1, len(e.names))
+    order = np.lexsort((e.order[code], best, -fused, query))
+    query, code, fused = query[order], code[order], fused[order]
+    start = np.searchsorted(query, query, side="left")
+    column = np.arange(len(query)) - start
+    shown = column < k
+    ids = np.full((n, k), "", dtype=object)
+    scores = np.full((n, k), -np.inf, dtype=np.float64)
+    ids[query[shown], column[shown]] = e.names[code[shown]]
+    scores[query[shown], column[shown]] = fused[shown]
+    return Ranking(ids, scores)
 
 
 class RRFFusion:
@@ -100,17 +146,14 @@ class RRFFusion:
     def fuse(self, rankings: Sequence[Ranking], k: int) -> Ranking:
         """Fused top-``k`` ranking of the queries that ``rankings`` share."""
         _check(rankings, self.config.weights, k)
-        weights = self.config.weights or (1.0,) * len(rankings)
-        rows = []
-        for q in range(len(rankings[0].ids)):
-            fused: dict[str, float] = {}
-            best: dict[str, int] = {}
-            for ranking, w in zip(rankings, weights, strict=True):
-                for rank, (cid, _) in enumerate(_unique_row(ranking, q), start=1):
-                    fused[cid] = fused.get(cid, 0.0) + w / (self.config.k + rank)
-                    best[cid] = min(best.get(cid, rank), rank)
-            rows.append(_top(fused, best, k))
-        return Ranking.from_rows(rows, k=k)
+        weights = np.asarray(self.config.weights or (1.0,) * len(rankings), dtype=np.float64)
+        e = _entries(rankings)
+        index, pairs = _pairs(e)
+        # bincount adds in entry order, i.e. list by list, as a running sum from 0.0 would
+        fused = np.bincount(index, weights[e.part] / (self.config.k + e.rank), len(pairs))
+        best = np.full(len(pairs), np.iinfo(np.int64).max)
+        np.minimum.at(best, index, e.rank)
+        return _top(e, pairs, fused, best, len(rankings[0].ids), k)
 
 
 def normalize_scores(scores: np.ndarray, method: Normalization) -> tuple[np.ndarray, float]:
@@ -155,25 +198,27 @@ class WeightedFusion:
         """Fused top-``k`` ranking of the queries that ``rankings`` share."""
         _check(rankings, self.config.weights, k)
         weights = self._weights(len(rankings))
-        rows = []
-        for q in range(len(rankings[0].ids)):
-            parts: list[tuple[dict[str, float], float, float]] = []  # scores, floor, weight
-            best: dict[str, int] = {}
-            for ranking, w in zip(rankings, weights, strict=True):
-                row = _unique_row(ranking, q)
-                if not row:
-                    continue
-                normed, floor = normalize_scores(
-                    np.array([s for _, s in row]), self.config.normalization
-                )
-                parts.append(
-                    (dict(zip((c for c, _ in row), normed.tolist(), strict=True)), floor, w)
-                )
-                for rank, (cid, _) in enumerate(row, start=1):
-                    best[cid] = min(best.get(cid, rank), rank)
-            fused = {c: sum(w * s.get(c, floor) for s, floor, w in parts) for c in best}
-            rows.append(_top(fused, best, k))
-        return Ranking.from_rows(rows, k=k)
+        n = len(rankings[0].ids)
+        e = _entries(rankings)
+        index, pairs = _pairs(e)
+        pair_query = pairs // max(1, len(e.names))
+        normed = np.empty(len(e.score))
+        floors = np.full((len(rankings), n), np.nan)  # nan: the list has no results there
+        bounds = np.flatnonzero(np.diff(e.part * n + e.query)) + 1
+        for at in np.split(np.arange(len(e.score)), bounds):
+            if len(at):
+                normed[at], floor = normalize_scores(e.score[at], self.config.normalization)
+                floors[e.part[at[0]], e.query[at[0]]] = floor
+        fused = np.zeros(len(pairs))
+        for i, w in enumerate(weights):  # list by list, as the sum over lists runs
+            mine = e.part == i
+            value = floors[i, pair_query]
+            value[index[mine]] = normed[mine]
+            shown = ~np.isnan(value)
+            fused[shown] = fused[shown] + w * value[shown]
+        best = np.full(len(pairs), np.iinfo(np.int64).max)
+        np.minimum.at(best, index, e.rank)
+        return _top(e, pairs, fused, best, n, k)
 
 
 _FUSIONS = components("fusion")

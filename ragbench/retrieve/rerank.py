@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+import pandas as pd
 from pydantic import Field
 
 from ragbench.errors import RagbenchError
@@ -95,7 +96,7 @@ def _rescore(
     """Score the first ``candidates`` of every row in one ``score`` call; keep the top ``k``."""
     if len(queries) != len(ranking.ids):
         raise ValueError(f"{len(queries)} queries for a ranking of {len(ranking.ids)} rows")
-    heads = [[cid for cid, _ in ranking.row(i)[:candidates]] for i in range(len(queries))]
+    heads = [[cid for cid in row if cid][:candidates] for row in ranking.ids.tolist()]
     missing = sorted({cid for head in heads for cid in head if cid not in texts})
     if missing:
         raise RerankError(f"no text for {len(missing)} candidate chunk ids, e.g. {missing[:3]}")
@@ -155,18 +156,33 @@ def _tokens(client: object) -> tuple[int, int]:
 
 def _with_tail(head: Ranking, first: Ranking, k: int) -> Ranking:
     """Each row of ``head`` followed by the rest of that row of ``first`` (up to ``k``),
-    scored below it."""
-    have = (head.ids != "").sum(axis=1)
-    if (have >= np.minimum(k, (first.ids != "").sum(axis=1))).all():
+    scored below it: the j-th of the tail (from 0) scores the row's lowest head score (0 when
+    the head is empty) less 1 + j. Head rows are padded at their end, as ``from_rows`` makes
+    them."""
+    shown = head.ids != ""
+    have = shown.sum(axis=1)
+    listed = first.ids != ""
+    if (have >= np.minimum(k, listed.sum(axis=1))).all():
         return head  # every row holds k hits, or all of its first-stage hits: no tail
-    found = []
-    for i in range(len(head.ids)):
-        hits = head.row(i)
-        taken = {c for c, _ in hits}
-        tail = [c for c, _ in first.row(i) if c not in taken][: k - len(hits)]
-        floor = min((s for _, s in hits), default=0.0)
-        found.append(hits + [(c, floor - 1.0 - j) for j, c in enumerate(tail)])
-    return Ranking.from_rows(found, k)
+    n = len(head.ids)
+    codes, _ = pd.factorize(np.concatenate([head.ids.ravel(), first.ids.ravel()]), sort=False)
+    width = int(codes.max()) + 1
+    at_row = np.arange(n)[:, None] * width
+    head_keys = (at_row + codes[: head.ids.size].reshape(head.ids.shape))[shown]
+    first_keys = at_row + codes[head.ids.size :].reshape(first.ids.shape)
+    tail = listed & ~np.isin(first_keys, head_keys)
+    j = np.cumsum(tail, axis=1) - 1  # place in the row's tail
+    tail &= j < (k - have)[:, None]
+    floor = np.where(shown, head.scores, np.inf).min(axis=1, initial=np.inf)
+    floor[~shown.any(axis=1)] = 0.0
+    ids = np.full((n, k), "", dtype=object)
+    scores = np.full((n, k), -np.inf, dtype=np.float64)
+    width = min(k, head.depth)
+    ids[:, :width], scores[:, :width] = head.ids[:, :width], head.scores[:, :width]
+    row, column = np.nonzero(tail)
+    ids[row, have[row] + j[row, column]] = first.ids[row, column]
+    scores[row, have[row] + j[row, column]] = floor[row] - 1.0 - j[row, column]
+    return Ranking(ids, scores)
 
 
 class RerankerConfig(StepConfig):
