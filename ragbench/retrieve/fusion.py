@@ -113,10 +113,13 @@ def _entries(rankings: Sequence[Ranking]) -> _Entries:
     return _Entries(query, code, rank, score, part, names, order)
 
 
-def _pairs(e: _Entries) -> tuple[np.ndarray, np.ndarray]:
-    """Each entry's (query, id) pair as an index into the distinct pairs, and the pairs."""
+def _pairs(e: _Entries) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each entry's (query, id) pair as an index into the distinct pairs, the pairs, and each
+    pair's best rank in any list."""
     pairs, index = np.unique(e.query * len(e.names) + e.code, return_inverse=True)
-    return index, pairs
+    best = np.full(len(pairs), np.iinfo(np.int64).max)
+    np.minimum.at(best, index, e.rank)
+    return index, pairs, best
 
 
 def _top(
@@ -148,11 +151,9 @@ class RRFFusion:
         _check(rankings, self.config.weights, k)
         weights = np.asarray(self.config.weights or (1.0,) * len(rankings), dtype=np.float64)
         e = _entries(rankings)
-        index, pairs = _pairs(e)
+        index, pairs, best = _pairs(e)
         # bincount adds in entry order, i.e. list by list, as a running sum from 0.0 would
         fused = np.bincount(index, weights[e.part] / (self.config.k + e.rank), len(pairs))
-        best = np.full(len(pairs), np.iinfo(np.int64).max)
-        np.minimum.at(best, index, e.rank)
         return _top(e, pairs, fused, best, len(rankings[0].ids), k)
 
 
@@ -200,7 +201,7 @@ class WeightedFusion:
         weights = self._weights(len(rankings))
         n = len(rankings[0].ids)
         e = _entries(rankings)
-        index, pairs = _pairs(e)
+        index, pairs, best = _pairs(e)
         pair_query = pairs // max(1, len(e.names))
         normed = np.empty(len(e.score))
         floors = np.full((len(rankings), n), np.nan)  # nan: the list has no results there
@@ -216,8 +217,6 @@ class WeightedFusion:
             value[index[mine]] = normed[mine]
             shown = ~np.isnan(value)
             fused[shown] = fused[shown] + w * value[shown]
-        best = np.full(len(pairs), np.iinfo(np.int64).max)
-        np.minimum.at(best, index, e.rank)
         return _top(e, pairs, fused, best, n, k)
 
 
