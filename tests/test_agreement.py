@@ -1,12 +1,14 @@
 """`ragbench datasets agreement`: one sweep on real and generated labels, and how alike they rank
 its trials — τ-b and ρ equal scipy's, pairs, top-1 and top-3 counted by hand, swaps are exactly
-the discordant pairs, runs resume, and bad input is one line with exit code 2."""
+the discordant pairs, ties are shown as ties, the regret and τ-b's bootstrap interval behave as
+worked out by hand, runs resume, and bad input is one line with exit code 2."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +22,15 @@ from ragbench.data.generate import IctMethod, generate
 from ragbench.errors import DataError
 from ragbench.evaluate.metrics import MetricSpec, register_metric, unregister_metric
 from ragbench.experiment.store import RunStore
-from ragbench.report.agreement import agreement, compare_rankings, run_agreement
+from ragbench.report.agreement import (
+    _tau_b,
+    agreement,
+    compare_rankings,
+    run_agreement,
+    tau_interval,
+)
+from ragbench.report.confidence import pick_confidence
+from ragbench.report.tables import md_text
 from tests.paths import DEMO
 
 HASHING = {"kind": "hashing", "dim": 256}
@@ -57,6 +67,7 @@ def test_a_hand_checkable_pair_of_rankings() -> None:
     assert found.tau == pytest.approx(stats.kendalltau(real, synthetic).statistic)
     assert found.rho == pytest.approx(stats.spearmanr(real, synthetic).statistic)
     assert (found.best("real"), found.best("synthetic"), found.same_best) == (["a"], ["b"], False)
+    assert found.regret == pytest.approx(-0.1)  # b scores 0.8 on real, the real best a 0.9
     assert found.top_trials("synthetic") == ["b", "a", "c", "d"]  # c and d tie for third
     assert found.top_overlap == 3
     swap = found.swaps.iloc[0].to_dict()
@@ -65,6 +76,30 @@ def test_a_hand_checkable_pair_of_rankings() -> None:
     text = found.to_markdown()
     assert "| Kendall τ-b | 0.400 (p = " in text and "| top-3 overlap | 3 of 3 |" in text
     assert "| best on real | a (#2 on synthetic) |" in text
+    regret = "-0.1000 ndcg@10 on real labels (b: 0.8000; the real best: 0.9000)"
+    assert f"| regret of the synthetic pick | {regret} |" in text
+    assert found.tau_ci is None and "95% CI" not in text  # no per-query values given
+
+
+def test_a_tie_for_first_is_not_a_pick() -> None:
+    # the synthetic set ties a and d for first; the real set's best is a
+    real = pd.Series({"a": 0.9, "b": 0.8, "c": 0.7, "d": 0.5})
+    synthetic = pd.Series({"a": 0.6, "b": 0.4, "c": 0.3, "d": 0.6})
+    found = compare_rankings(real, synthetic, "ndcg@10")
+    assert found.best("synthetic") == ["a", "d"] and not found.same_best
+    assert found.regret == pytest.approx((0.9 + 0.5) / 2 - 0.9)  # the tied trials' real mean
+    text = found.to_markdown()
+    assert "| best on synthetic | tie: a (#1 on real) and d (#4 on real) at 0.6000 |" in text
+    assert (
+        "| same best trial | no pick to compare: the synthetic set ties 2 trials for first |"
+        in (text)
+    )
+    assert "0.2000 ndcg@10 on real labels (the mean of the 2 trials tied on synthetic: 0.7000" in (
+        text
+    )
+    same = compare_rankings(real, real, "ndcg@10")
+    assert same.same_best and same.regret == 0
+    assert "| regret of the synthetic pick | 0 (a is the best on real too) |" in same.to_markdown()
 
 
 def test_lower_is_better_metrics_rank_the_lowest_first() -> None:
@@ -90,6 +125,64 @@ def test_a_set_on_which_every_trial_ties_has_no_correlation() -> None:
     assert "undefined: every trial ties on the synthetic set" in found.to_markdown()
     with pytest.raises(DataError, match="agreement needs two or more"):
         compare_rankings(pd.Series({"a": 1.0}), pd.Series({"a": 1.0}), "ndcg@10")
+
+
+# ---------------------------------------------------------------- τ-b's bootstrap interval
+
+
+def _sets(queries: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Five trials whose true means rise by 0.05, scored with noise on two sets of queries."""
+    rng = np.random.default_rng(seed)
+    true = np.array([0.5, 0.55, 0.6, 0.65, 0.7])
+    frames = [
+        pd.DataFrame(true + rng.normal(0, 0.25, (queries, 5)), columns=list("abcde"))
+        for _ in range(2)
+    ]
+    return frames[0], frames[1]
+
+
+def test_the_tau_interval_holds_the_estimate_and_shrinks_with_more_queries() -> None:
+    widths = []
+    for queries in (20, 2000):
+        real, synthetic = _sets(queries, seed=queries)
+        point = stats.kendalltau(real.mean(), synthetic.mean()).statistic
+        low, high = tau_interval(real, synthetic, n_resamples=1000, seed=2)
+        assert -1 <= low <= point + 1e-12 and point - 1e-12 <= high <= 1  # scipy rounds 1
+        widths.append(high - low)
+    assert widths[1] < widths[0] / 2
+    # trials apart on every query: every resample orders them alike, τ-b is 1 throughout
+    ordered = pd.DataFrame(np.arange(4) + np.random.default_rng(0).random((30, 1)) / 2)
+    assert tau_interval(ordered, ordered[::-1].reset_index(drop=True)) == (1.0, 1.0)
+    with pytest.raises(ValueError, match="same trials"):
+        tau_interval(ordered, ordered.rename(columns={0: 9}))
+
+
+def test_the_vectorised_tau_b_equals_scipy_with_ties() -> None:
+    rng = np.random.default_rng(4)
+    x, y = rng.integers(0, 4, (200, 7)).astype(float), rng.integers(0, 4, (200, 7)).astype(float)
+    x[0], y[1] = 2.0, 1.0  # every trial tied on one set: undefined
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", stats.ConstantInputWarning)
+        expected = [stats.kendalltau(a, b).statistic for a, b in zip(x, y, strict=True)]
+    np.testing.assert_allclose(_tau_b(x, y), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_per_query_values_give_the_interval_and_each_sets_confidence() -> None:
+    real, synthetic = _sets(60, seed=1)
+    found = compare_rankings(
+        real.mean(), synthetic.mean(), "ndcg@10", per_query=(real, synthetic), n_resamples=400
+    )
+    assert found.tau_ci == tau_interval(real, synthetic, n_resamples=400)
+    for i, name in enumerate(("real", "synthetic")):
+        table = (real, synthetic)[i]
+        expected = pick_confidence(table, "ndcg@10", n_resamples=400, seed=i)
+        assert found.confidence[name].p_best.to_dict() == expected.p_best.to_dict()
+        line = f"| confidence on {name} | {expected.line()} |"
+        assert line in found.to_markdown()
+    low, high = found.tau_ci
+    assert f"| Kendall τ-b | {found.tau:.3f} (95% CI {low:.3f} to {high:.3f}; p = " in (
+        found.to_markdown()
+    )
 
 
 # ---------------------------------------------------------------- the demo set against ict
@@ -174,7 +267,21 @@ def test_the_figures_of_two_runs_equal_scipy_and_a_count_by_hand(
     runs = "runs/agreement-agree"
     assert where == f"Run directories: real {runs}/real, synthetic {runs}/synthetic."
     assert figures.strip() == found.to_markdown().partition("\n")[2].strip()
-    assert f"| Kendall τ-b | {found.tau:.3f} (p = {found.tau_p:.2g}) |" in printed
+    low, high = found.tau_ci or (np.nan, np.nan)
+    assert low <= found.tau <= high
+    assert f"| Kendall τ-b | {found.tau:.3f} (95% CI {low:.3f} to {high:.3f}; p = " in printed
+    per_query = pd.read_parquet(synthetic_dir / "per_query.parquet")
+    values = per_query[per_query["metric"] == "ndcg@10"].pivot(
+        index="query_id", columns="trial_id", values="value"
+    )
+    labels = found.trials["label"].to_dict()
+    expected = pick_confidence(values[list(found.trials.index)], "ndcg@10", labels, seed=1)
+    assert found.confidence["synthetic"].p_best.to_dict() == expected.p_best.to_dict()
+    shown = md_text(expected.line())
+    assert expected.queries == 40 and f"| confidence on synthetic | {shown} |" in printed
+    real, synthetic = _means(real_dir, "ndcg@10"), _means(synthetic_dir, "ndcg@10")
+    picked = synthetic[synthetic == synthetic.max()].index
+    assert found.regret == pytest.approx(real[picked].mean() - real.max())
 
 
 def test_the_runs_resume_and_their_trials_are_not_run_again(
@@ -264,6 +371,11 @@ def test_bad_input_is_one_line_with_exit_code_2(
     err = _one_line_exit_2(["demo", str(tmp_path / "missing"), "--config", str(config)], capsys)
     assert "missing: no such dataset path or name" in err
     assert not (tmp_path / "runs").exists()  # nothing ran before the second set was checked
+    with pytest.raises(SystemExit) as stop:
+        main(["datasets", "agreement", "demo", ict, "--config", str(config), "--resamples", "0"])
+    assert (
+        stop.value.code == 2 and "--resamples: expected an integer >= 1" in capsys.readouterr().err
+    )
 
 
 def test_a_metric_a_set_cannot_score_is_named(

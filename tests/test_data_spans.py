@@ -6,7 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given as examples
+from hypothesis import strategies as st
 
+from ragbench.data.cuts import Cuts
 from ragbench.data.spans import check_spans, load_spans
 from ragbench.errors import DataError
 from tests.paths import DEMO, require
@@ -193,3 +196,66 @@ def test_demo_validates_and_every_evidence_is_located() -> None:
             assert data.qrels[record["id"]][doc_id] == grade
     types = {q.metadata["type"] for q in data.queries}
     assert types == {"paraphrase", "lexical", "multi_doc", "split", "general"}
+
+
+# ---------------------------------------------------------------- cuts.jsonl
+
+
+def _with_cuts(root: Path, lines: list[str], queries: list[dict | str] | None = None) -> Path:
+    make_spans(root, queries or [query(relevant=["c.md"])])
+    (root / "cuts.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return root
+
+
+def test_cuts_are_applied_on_load_and_evidence_refers_to_the_cut_text(tmp_path: Path) -> None:
+    # "The quick brown fox. " (offsets 9-30) cut out of a.md; "The lazy dog." is then at 9
+    cut = json.dumps({"doc_id": "a.md", "start": 9, "end": 30, "query": "q1"})
+    evidence = {"doc_id": "a.md", "start": 9, "end": 22, "text": "The lazy dog."}
+    root = _with_cuts(tmp_path, [cut], [query(evidence=[evidence])])
+    data = load_spans(root)
+    assert data.doc_index["a.md"].text == "# Alpha\n\nThe lazy dog.\n"
+    assert data.doc_index["a.md"].metadata["cut"] == 21
+    assert (root / "corpus" / "a.md").read_text() == DOCS["a.md"]  # the file stays as it was
+    assert check_spans(root) == []
+
+
+def test_overlapping_cuts_merge(tmp_path: Path) -> None:
+    lines = [
+        json.dumps({"doc_id": "a.md", "start": 9, "end": 25}),
+        json.dumps({"doc_id": "a.md", "start": 20, "end": 30}),
+    ]
+    data = load_spans(_with_cuts(tmp_path, lines))
+    assert data.doc_index["a.md"].text == "# Alpha\n\nThe lazy dog.\n"
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ('{"doc_id": "zz.md", "start": 0, "end": 3}', "doc_id 'zz.md': not a document of corpus/"),
+        ('{"doc_id": "a.md", "start": 5, "end": 99}', "expected 0 <= start < end <= 44"),
+        ('{"doc_id": "a.md", "start": "5", "end": 9}', "start and end must be integers"),
+        ('{"doc_id": "a.md", "start": 0, "end": 3, "why": 1}', "unknown key(s) 'why'"),
+    ],
+)
+def test_bad_cuts_name_the_file_and_line(tmp_path: Path, line: str, expected: str) -> None:
+    root = _with_cuts(tmp_path, ['{"doc_id": "a.md", "start": 0, "end": 2}', line])
+    with pytest.raises(DataError) as raised:
+        load_spans(root)
+    assert "cuts.jsonl:2: " in str(raised.value) and expected in str(raised.value)
+    assert [p.line for p in check_spans(root)] == [2]
+
+
+@examples(
+    text=st.text(alphabet="ab \n", min_size=1, max_size=40),
+    ranges=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 8)), max_size=5),
+)
+def test_a_position_outside_the_cuts_keeps_its_character(
+    text: str, ranges: list[tuple[int, int]]
+) -> None:
+    cuts = Cuts.of((min(s, len(text)), min(s + n, len(text))) for s, n in ranges)
+    cut = cuts.apply(text)
+    removed = {i for start, end in cuts.ranges for i in range(start, end)}
+    assert len(cut) == len(text) - len(removed)
+    for i, char in enumerate(text):
+        if i not in removed:
+            assert cut[cuts.position(i)] == char

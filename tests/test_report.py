@@ -11,12 +11,15 @@ import pandas as pd
 import pytest
 
 from ragbench.cli import main
+from ragbench.data.generate import IctMethod, generate
 from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.significance import compare
 from ragbench.experiment.runner import dry_run, run
 from ragbench.report.compare import compare_runs
+from ragbench.report.confidence import pick_confidence
 from ragbench.report.drilldown import drilldown
-from ragbench.report.html import inline_html
+from ragbench.report.html import inline_html, render_html
+from ragbench.report.markdown import summary_lines
 from ragbench.report.report import Report
 from tests.paths import DEMO, REPO, require
 
@@ -309,6 +312,69 @@ def test_every_trial_tied_for_best_is_highlighted(tmp_path: Path) -> None:
     for metric in report.metrics:
         line = next(x for x in md.splitlines() if x.startswith(f"- **{metric}**"))
         assert line.endswith("tied with 1 other trial(s))"), line
+    # a tie is not a pick: the recommendation names both, and the bootstrap cannot separate them
+    pick = report.recommendation()
+    means = numeric[report.metric]
+    assert set(pick.tied) == best == set(means.index[means == means.max()]) and pick.best in best
+    p50 = report.trials.set_index("trial_id")["latency.total.p50_ms"]
+    other = next(t for t in pick.tied if t != pick.best)
+    assert p50[pick.best] <= p50[other]  # the fastest of the tie
+    names = " and ".join(f"`{report.label(t)}`" for t in pick.tied)
+    tie = f"tie: {names} at {means.max():.4f}"
+    line = next(x for x in md.splitlines() if x.startswith("- **Recommendation**"))
+    if p50[pick.best] < p50[other]:
+        assert f"best overall `{report.label(pick.best)}` (" in line
+        assert f"; the fastest in a {tie})" in line
+    else:
+        assert f"best overall {tie} ({report.metric}; latency does not separate them)" in line
+    confidence = report.confidence
+    assert confidence.p_best[pick.tied[0]] == confidence.p_best[pick.tied[1]]
+    assert set(confidence.leaders) >= best and not confidence.separated
+    shown = next(x for x in md.splitlines() if x.startswith("- **Confidence in the pick**"))
+    assert shown.startswith(f"- **Confidence in the pick** ({report.metric}): cannot separate `")
+    for trial_id in pick.tied:
+        assert f"`{report.label(trial_id)}` ({confidence.p_best[trial_id]:.0%})" in shown
+
+
+def test_the_confidence_on_the_pick_is_the_bootstrap_share_of_best(run_dir: Path) -> None:
+    report = Report.from_run(run_dir)
+    per_query = pd.read_parquet(run_dir / "per_query.parquet")
+    values = per_query[per_query["metric"] == "ndcg@10"].pivot(
+        index="query_id", columns="trial_id", values="value"
+    )
+    labels = dict(zip(report.trials["trial_id"], report.trials["label"], strict=True))
+    expected = pick_confidence(values, "ndcg@10", labels, n_resamples=report.n_resamples)
+    assert report.confidence.p_best.to_dict() == expected.p_best.to_dict()
+    assert report.confidence.queries == 117 and report.confidence.n_resamples == 10_000
+    lines = summary_lines(report)
+    at = next(i for i, x in enumerate(lines) if x.startswith("- **Recommendation**"))
+    assert lines[at + 1] == (
+        "- **Confidence in the pick** (ndcg@10): "
+        + expected.line(lambda t: f"`{report.label(t)}`")
+        + "."
+    )
+    assert not any("Labels: generated" in x for x in lines)  # the demo's labels were written
+    page = render_html(report, {})
+    assert "<li class='pick'><b>Confidence in the pick</b> (ndcg@10): " in page
+
+
+def test_the_report_says_when_the_labels_were_generated(tmp_path: Path) -> None:
+    generate(require(DEMO), tmp_path / "ict", IctMethod(), n=30)
+    config = {
+        "name": "gen",
+        "dataset": {"path": str(tmp_path / "ict")},
+        "evaluation": {"metrics": ["ndcg@10"], "depth": 20},
+        "sweep": {"chunker": [{"kind": "none"}], "retriever": [{"kind": "bm25", "b": [0.4, 0.9]}]},
+    }
+    out = run(config, tmp_path / "run", cache_root=tmp_path / "c", progress=False).path
+    queries = pd.read_parquet(out / "queries.parquet")
+    assert set(queries["method"]) == {"ict"} and len(queries) == 30
+    report = Report.from_run(out)
+    assert report.generated_labels == {"ict": 30}
+    md = report.write(("md", "html"), out=tmp_path / "out")
+    line = "- **Labels: generated** (ict), 30 queries: the pick holds as far as these labels"
+    assert line in md["md"].read_text()
+    assert "<li class='caveat'><b>Labels: generated</b> (ict), 30 queries" in md["html"].read_text()
 
 
 def test_cli_dry_run_flags_redundant_trials(tmp_path: Path, capsys, monkeypatch) -> None:

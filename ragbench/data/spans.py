@@ -1,7 +1,9 @@
 """Span-labeled sets, ragbench's own format (the bundled demo's): ``corpus/`` + ``queries.jsonl``.
 
 ``corpus/`` holds any files ``ragbench.text.loaders.DirectoryLoader`` reads; a document's id is
-its path relative to ``corpus/`` (``operations/retention.md``). ``queries.jsonl`` holds one query
+its path relative to ``corpus/`` (``operations/retention.md``). A generated set also holds
+``cuts.jsonl``, the text taken out of its documents on load (``ragbench.data.cuts``): evidence
+offsets refer to the documents as cut. ``queries.jsonl`` holds one query
 per line::
 
     {"id": "q1", "text": "...", "type": "lexical", "split": "test", "answer": "...",
@@ -40,11 +42,12 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ragbench.data.cuts import CUTS_FILE, apply_cuts, read_cuts, write_cuts
 from ragbench.data.labeled import Evidence, LabeledSet
 from ragbench.data.problems import Problem, ProblemLog, check_corpus, check_judged, jsonl_records
 from ragbench.data.trec import unwritable
@@ -163,6 +166,8 @@ def _read(root: Path, log: ProblemLog) -> tuple[list[Document], list[JudgedQuery
     documents: list[Document] = []
     if corpus.is_dir():
         documents = read_corpus(corpus, log)
+        if (root / CUTS_FILE).is_file():
+            documents = apply_cuts(documents, read_cuts(root / CUTS_FILE, documents, log))
     else:
         log.error(corpus, None, "expected a directory of documents")
     if not queries_file.is_file():
@@ -536,11 +541,16 @@ CONTEXTS_FILE = "contexts.jsonl"
 
 
 def write_spans(
-    out: Path, documents: list[Document], queries: list[dict[str, Any]], corpus_given: bool
+    out: Path,
+    documents: list[Document],
+    queries: list[dict[str, Any]],
+    corpus_given: bool,
+    cuts: Sequence[tuple[str, int, int, str]] = (),
 ) -> None:
     """Write a span-labeled set — ``corpus/`` (copies of the documents' source files with
-    ``corpus_given``, else one ``contexts.jsonl``) and ``queries.jsonl`` (one record per query) —
-    into a temporary folder next to ``out``, then rename it to ``out``."""
+    ``corpus_given``, else one ``contexts.jsonl``), ``queries.jsonl`` (one record per query) and
+    the ``cuts`` (doc id, start, end, query id) as ``cuts.jsonl`` — into a temporary folder next
+    to ``out``, then rename it to ``out``."""
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         temporary = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -552,8 +562,10 @@ def write_spans(
         if corpus_given:
             _copy_sources(documents, corpus)
         else:
-            _write_lines(corpus / CONTEXTS_FILE, ({"id": d.id, "text": d.text} for d in documents))
+            _write_lines(corpus / CONTEXTS_FILE, map(_context, documents))
         _write_lines(temporary / "queries.jsonl", queries)
+        if cuts:
+            write_cuts(temporary / CUTS_FILE, cuts)
         if out.exists():
             out.rmdir()
         temporary.rename(out)
@@ -563,6 +575,15 @@ def write_spans(
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
+
+
+def _context(doc: Document) -> dict[str, str]:
+    """A document's ``contexts.jsonl`` line; a title its text opens with is kept as ``title``
+    (metadata on load), so a set made from a BEIR corpus still knows where its titles end."""
+    title = doc.metadata.get("title")
+    if isinstance(title, str) and title and doc.text.startswith(title):
+        return {"id": doc.id, "title": title, "text": doc.text}
+    return {"id": doc.id, "text": doc.text}
 
 
 def _copy_sources(documents: list[Document], corpus: Path) -> None:

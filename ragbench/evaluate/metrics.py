@@ -54,6 +54,7 @@ from ragbench.errors import ConfigError
 from ragbench.types import Ranking
 
 __all__ = [
+    "TIE_RTOL",
     "Cutoff",
     "Judgements",
     "Metric",
@@ -66,6 +67,7 @@ __all__ = [
     "allowed_forms",
     "best_first",
     "best_index",
+    "best_indices",
     "evaluate",
     "evaluate_run",
     "higher_is_better",
@@ -392,6 +394,20 @@ def best_index(values: pd.Series, metric: str) -> Any:
     Typed ``Any``: a label is whatever the index holds (a trial id, a row number), and
     pandas-stubs' ``.loc`` does not accept the ``Hashable`` its ``idxmax`` is typed to return."""
     return values.idxmax() if higher_is_better(metric) else values.idxmin()
+
+
+TIE_RTOL = 1e-9  # values this close (relative) are tied: means of one set may differ in rounding
+
+
+def best_indices(values: pd.Series, metric: str) -> list[Any]:
+    """Every index label whose value ties the best of ``values`` of ``metric`` (within
+    ``TIE_RTOL``), in their order in ``values``; NaN values never are. A tie is not a pick:
+    callers report all of them."""
+    found = values.dropna().astype(float)
+    if found.empty:
+        return []
+    top = found.max() if higher_is_better(metric) else found.min()
+    return list(found.index[np.isclose(found, top, rtol=TIE_RTOL, atol=0.0)])
 
 
 def best_first(frame: pd.DataFrame, metric: str) -> pd.DataFrame:

@@ -16,8 +16,10 @@ metric is computed. ragas' usage analytics are off unless ``RAGAS_DO_NOT_TRACK``
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import re
 import threading
 import warnings
 from collections.abc import Coroutine, Sequence
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import ragas.metrics
+from langchain_core.exceptions import OutputParserException
 from langchain_core.outputs import Generation, LLMResult
 from langchain_core.prompt_values import PromptValue
 from ragas.dataset_schema import SingleTurnSample
@@ -59,6 +62,22 @@ def _no_retries() -> RunConfig:
     return RunConfig(max_retries=1)
 
 
+_SCHEMA = re.compile(r"as specified in JSON Schema:\n(\{.*?\})Do not use single quotes", re.S)
+
+
+def _prompt_schema(prompt: str) -> dict[str, Any] | None:
+    """The JSON schema a ragas prompt asks its reply to follow (``PydanticPrompt`` writes it
+    between "as specified in JSON Schema:" and "Do not use single quotes"), or None."""
+    found = _SCHEMA.search(prompt)
+    if found is None:
+        return None
+    try:
+        schema = json.loads(found.group(1))
+    except json.JSONDecodeError:
+        return None
+    return schema if isinstance(schema, dict) else None
+
+
 class RagbenchLLM(BaseRagasLLM):
     """A ragas LLM asking through a ragbench ``LLMClient``: every prompt is cached by content
     and counted in the client's ``Usage``.
@@ -66,7 +85,9 @@ class RagbenchLLM(BaseRagasLLM):
     The prompt goes as chat messages (a text prompt is one user message), with the temperature
     ragas asks for (0.01 for one completion, 0.3 for several, as ragas' own wrappers send) and
     the client's seed, max_tokens and model. ``n`` completions are ``n`` requests, the i-th with
-    seed + i, so each is its own cache entry. At most ``max_concurrency`` requests of the
+    seed + i, so each is its own cache entry. The JSON schema ragas writes into the prompt goes
+    with the request as structured output too (``LLMClient.chat``'s ``schema``), which a small
+    local model needs to reply in valid JSON. At most ``max_concurrency`` requests of the
     client's config run at once.
     """
 
@@ -94,8 +115,9 @@ class RagbenchLLM(BaseRagasLLM):
         if stop:
             params["stop"] = list(stop)
         seed = self.client.config.seed
+        schema = _prompt_schema(prompt.to_string())
         replies = [
-            self.client.chat(messages, **params, **({"seed": (seed or 0) + i} if i else {}))
+            self.client.chat(messages, schema, **params, **({"seed": (seed or 0) + i} if i else {}))
             for i in range(n)
         ]
         return LLMResult(generations=[[Generation(text=r.text) for r in replies]])
@@ -187,10 +209,11 @@ def _sample(s: AnswerSample) -> SingleTurnSample:
 
 async def _one(name: str, metric: SingleTurnMetric, sample: AnswerSample) -> float:
     """ragas' score of one sample; NaN (logged) when the judge's reply stays unparseable after
-    ragas' own repair attempts."""
+    ragas' own repair attempts (ragas raises its own error, or langchain's when the repaired
+    reply does not parse either)."""
     try:
         return float(await metric.single_turn_ascore(_sample(sample)))
-    except RagasOutputParserException as exc:
+    except (RagasOutputParserException, OutputParserException) as exc:
         log.warning("ragas:%s, query %s: %s; scored NaN", name, sample.query_id, exc)
         return float("nan")
 

@@ -29,6 +29,7 @@ __all__ = [
     "PairedTest",
     "Test",
     "bootstrap_ci",
+    "bootstrap_means",
     "compare",
     "compare_all",
     "correct",
@@ -298,20 +299,33 @@ def _permutation_p(diffs: np.ndarray, n_resamples: int, seed: int) -> np.ndarray
     return (extreme + 1) / (n_resamples + 1)
 
 
+def bootstrap_means(values: npt.ArrayLike, n_resamples: int = 10_000, seed: int = 0) -> np.ndarray:
+    """The column means of ``n_resamples`` paired resamples of the rows of ``values`` (queries
+    × trials): one draw of query indices, with replacement, per resample, applied to every
+    column; shape ``(n_resamples, trials)``. ``bootstrap_ci`` and ``compare`` take their
+    intervals from these means."""
+    _check_resampling(n_resamples)
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 2 or len(x) < 1:
+        raise ValueError(f"values must be a non-empty queries × trials matrix, got {x.shape}")
+    rng = np.random.default_rng(seed)
+    n = x.shape[0]
+    means = []
+    for rows in _blocks(n_resamples, n):
+        picks = rng.integers(0, n, size=(rows, n)) + n * np.arange(rows)[:, None]
+        counts = np.bincount(picks.ravel(), minlength=rows * n).reshape(rows, n)
+        means.append(counts @ x / n)
+    return np.concatenate(means)
+
+
 def _bootstrap_columns(
     values: np.ndarray, confidence: float, n_resamples: int, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Percentile bootstrap interval of the mean of each column (queries × trials)."""
     _check_resampling(n_resamples, confidence)
-    rng = np.random.default_rng(seed)
-    n = values.shape[0]
-    means = []
-    for rows in _blocks(n_resamples, n):
-        picks = rng.integers(0, n, size=(rows, n)) + n * np.arange(rows)[:, None]
-        counts = np.bincount(picks.ravel(), minlength=rows * n).reshape(rows, n)
-        means.append(counts @ values / n)
     tail = (1 - confidence) / 2
-    low, high = np.quantile(np.concatenate(means), [tail, 1 - tail], axis=0)
+    means = bootstrap_means(values, n_resamples, seed)
+    low, high = np.quantile(means, [tail, 1 - tail], axis=0)
     return low, high
 
 

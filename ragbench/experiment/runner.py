@@ -134,6 +134,8 @@ def _git_commit() -> str | None:
 
 def _queries_frame(ctx: Context) -> pd.DataFrame:
     labeled = ctx.labeled
+    # how a generated label was made (``ict``, ``headings``, ``llm``): reports say so
+    method = {q.id: q.metadata.get("method") for q in labeled.queries}
     rows = []
     for qid, text in zip(ctx.query_ids, ctx.query_texts, strict=True):
         evidence = [
@@ -153,6 +155,7 @@ def _queries_frame(ctx: Context) -> pd.DataFrame:
                 "qrels": json.dumps(labeled.qrels.get(qid, {})),
                 "evidence": json.dumps(evidence, ensure_ascii=False),
                 "reference": labeled.answers.get(qid),
+                "method": str(method[qid]) if method.get(qid) is not None else None,
             }
         )
     return pd.DataFrame(rows)

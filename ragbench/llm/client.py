@@ -8,6 +8,15 @@ endpoint, model, messages and every parameter that changes the reply, so re-runn
 no request. Token usage — and cost, from the model's price when one is given — is counted per
 call, cached calls included (their usage is what they cost when they were made).
 
+A call may give a JSON ``schema`` its reply should follow. It goes as structured output: OpenAI's
+``response_format`` ``json_schema`` (OpenAI, vLLM, Ollama, llama.cpp's ``llama-server``), else
+llama-cpp-python's ``json_object`` with a ``schema`` (its server rejects ``json_schema``), else
+nothing (the prompt alone asks for the schema). The first such request of a client tries them in
+that order — each sent once without retries, as a refusal is an answer (llama-cpp-python refuses
+with HTTP 500, which the SDK would retry), other failures then retried as usual — and the client
+keeps the first its endpoint accepts. The cache keys the schema, not the form it went in, so a
+rerun makes no request whatever the endpoint.
+
 Credentials follow ``ragbench.endpoints``: the key is resolved by the policy and passed
 explicitly (the SDK never reads ``OPENAI_API_KEY`` on its own here), and a request to a loopback
 host bypasses proxy settings, so a key for a local server never travels to a proxy.
@@ -19,7 +28,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -110,6 +119,37 @@ def _without_authorization(request: Any) -> None:
     request.headers.pop("Authorization", None)
 
 
+_ResponseFormat = Callable[[Mapping[str, Any]], dict[str, Any]]
+
+_FORMATS: tuple[_ResponseFormat, ...] = (
+    lambda schema: {
+        "type": "json_schema",
+        "json_schema": {"name": "reply", "schema": dict(schema)},
+    },
+    lambda schema: {"type": "json_object", "schema": dict(schema)},
+)
+"""The forms a reply's JSON schema is sent in, tried in order (see the module docstring)."""
+
+
+def _formatted(
+    request: Mapping[str, Any], schema: Mapping[str, Any], form: _ResponseFormat | None
+) -> dict[str, Any]:
+    """``request`` asking for ``schema`` in ``form`` (None: as it is)."""
+    return {**request, **({"response_format": form(schema)} if form is not None else {})}
+
+
+def _rejects_format(exc: Exception) -> bool:
+    """Whether ``exc`` is an endpoint refusing the request's ``response_format`` (llama-cpp-python
+    answers one it does not know with HTTP 500, others with 400 or 422)."""
+    from openai import APIStatusError
+
+    return (
+        isinstance(exc, APIStatusError)
+        and exc.status_code in (400, 422, 500)
+        and "response_format" in f"{exc.message} {exc.body}"
+    )
+
+
 def _cost(price: Price | None, prompt: int, completion: int) -> float | None:
     if price is None:
         return None
@@ -134,6 +174,9 @@ class LLMClient:
         self.usage = Usage()
         self._client: Any = None
         self._lock = threading.Lock()
+        self._form: _ResponseFormat | None = None  # how this endpoint takes a schema
+        self._form_known = False
+        self._form_lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -166,9 +209,15 @@ class LLMClient:
         text = json.dumps(identity, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def chat(self, messages: Sequence[Mapping[str, str]], **params: Any) -> Completion:
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        schema: Mapping[str, Any] | None = None,
+        **params: Any,
+    ) -> Completion:
         """One reply to ``messages`` (``params`` override the config's temperature, seed,
-        max_tokens), from the cache when the same request was made before."""
+        max_tokens), from the cache when the same request was made before; ``schema`` is a JSON
+        schema the reply should follow, sent as structured output where the endpoint takes it."""
         c = self.config
         request = {
             "model": c.model,
@@ -179,7 +228,7 @@ class LLMClient:
             **params,
         }
         request = {k: v for k, v in request.items() if v is not None}
-        key = self._key("chat", request)
+        key = self._key("chat", request | ({"schema": schema} if schema is not None else {}))
         found = self.cache.get(key) if self.cache is not None else None
         if found is not None:  # the seconds it took when it was made
             completion = Completion(
@@ -191,7 +240,7 @@ class LLMClient:
                 seconds=float(found.get("seconds", 0.0)),
             )
         else:
-            completion = self._request(request)
+            completion = self._request(request, schema)
             if self.cache is not None:
                 self.cache.put(
                     key,
@@ -219,12 +268,12 @@ class LLMClient:
             return LLMError(f"cannot reach {where}: {exc.__cause__ or exc}")
         return LLMError(f"{where}: {exc}")
 
-    def _request(self, request: Mapping[str, Any]) -> Completion:
+    def _request(self, request: Mapping[str, Any], schema: Mapping[str, Any] | None) -> Completion:
         from openai import OpenAIError
 
         started = time.perf_counter()
         try:
-            response = self.client.chat.completions.create(**request)
+            response = self._create(request, schema)
         except OpenAIError as exc:
             raise self._failure(exc) from exc
         seconds = time.perf_counter() - started
@@ -237,14 +286,50 @@ class LLMClient:
         cost = _cost(self.price, prompt, completion)
         return Completion(text, prompt, completion, cost, cached=False, seconds=seconds)
 
+    def _create(self, request: Mapping[str, Any], schema: Mapping[str, Any] | None) -> Any:
+        """The SDK's reply to ``request``, asking for ``schema`` in the first of ``_FORMATS`` the
+        endpoint accepts, or in none (found by the first call with a schema; others wait)."""
+        from openai import OpenAIError
+
+        if schema is None:
+            return self.client.chat.completions.create(**request)
+        with self._form_lock:
+            if not self._form_known:
+                for form in _FORMATS:
+                    try:
+                        response = self._try(_formatted(request, schema, form))
+                    except OpenAIError as exc:
+                        if _rejects_format(exc):
+                            continue
+                        raise
+                    self._form, self._form_known = form, True
+                    return response
+                self._form_known = True  # none taken: the prompt alone asks for the schema
+        return self.client.chat.completions.create(**_formatted(request, schema, self._form))
+
+    def _try(self, request: Mapping[str, Any]) -> Any:
+        """The SDK's reply to ``request``: sent once, then with the SDK's retries unless the
+        endpoint refused its ``response_format``."""
+        from openai import OpenAIError
+
+        try:
+            return self.client.with_options(max_retries=0).chat.completions.create(**request)
+        except OpenAIError as exc:
+            if _rejects_format(exc):
+                raise
+        return self.client.chat.completions.create(**request)
+
     def chat_many(
-        self, conversations: Sequence[Sequence[Mapping[str, str]]], **params: Any
+        self,
+        conversations: Sequence[Sequence[Mapping[str, str]]],
+        schema: Mapping[str, Any] | None = None,
+        **params: Any,
     ) -> list[Completion]:
         """Replies to many conversations, ``max_concurrency`` requests at a time, in order."""
         if len(conversations) <= 1 or self.config.max_concurrency == 1:
-            return [self.chat(m, **params) for m in conversations]
+            return [self.chat(m, schema, **params) for m in conversations]
         with ThreadPoolExecutor(self.config.max_concurrency) as pool:
-            return list(pool.map(lambda m: self.chat(m, **params), conversations))
+            return list(pool.map(lambda m: self.chat(m, schema, **params), conversations))
 
     def embed(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """Embedding vectors of ``texts`` (float64 rows, as sent), ``batch_size`` texts per request,

@@ -55,6 +55,7 @@ td.best { font-weight: 700; background: #e8f6ec; }
 td.base { background: #f6f6fb; }
 .up { color: #137a34; } .down { color: #b3261e; }
 li.pick { font-size: 15px; margin-bottom: .3rem; }
+li.caveat { color: #8a5a00; }
 figure { display: inline-block; margin: .5rem 1rem 1rem 0; vertical-align: top;
          max-width: min(100%, 620px); }
 figure img { max-width: 100%; border: 1px solid #e4e6ee; }
@@ -308,17 +309,26 @@ def inline_html(line: str) -> str:
     return "".join(out) + ("</b>" if bold else "")
 
 
+# list items of the summary shown apart: the pick and the confidence in it, generated labels
+_SUMMARY_CLASSES = {
+    "- **Recommendation**": "pick",
+    "- **Confidence in the pick**": "pick",
+    "- **Labels: generated**": "caveat",
+}
+
+
 def _summary(report: Report) -> str:
-    """The summary's sentences and its list (the recommendation first, highlighted)."""
+    """The summary's sentences and its list (the recommendation and the confidence in it
+    first, highlighted; a note on generated labels after them)."""
     lines = summary_lines(report)
     texts = "".join(f"<p>{inline_html(line)}</p>" for line in lines if not line.startswith("- "))
-    items = "".join(
-        ("<li class='pick'>" if line.startswith("- **Recommendation**") else "<li>")
-        + f"{inline_html(line[2:])}</li>"
-        for line in lines
-        if line.startswith("- ")
-    )
-    return f"{texts}<ul>{items}</ul>"
+    items = []
+    for line in lines:
+        if line.startswith("- "):
+            kind = next((c for s, c in _SUMMARY_CLASSES.items() if line.startswith(s)), None)
+            opening = f"<li class='{kind}'>" if kind else "<li>"
+            items.append(f"{opening}{inline_html(line[2:])}</li>")
+    return f"{texts}<ul>{''.join(items)}</ul>"
 
 
 def render_html(report: Report, images: dict[str, bytes]) -> str:

@@ -13,23 +13,33 @@ import yaml
 
 from ragbench.evaluate.metrics import best_index, higher_is_better
 from ragbench.experiment.latency import CONTENTION
+from ragbench.report.confidence import tie_text
 from ragbench.report.tables import markdown_table, md_code, md_fence, md_text
 
 if TYPE_CHECKING:
     from ragbench.report.report import Report
 
-__all__ = ["recommendation_line", "render_markdown", "summary_lines"]
+__all__ = [
+    "confidence_line",
+    "labels_line",
+    "recommendation_line",
+    "render_markdown",
+    "summary_lines",
+]
 
 
 def summary_lines(report: Report) -> list[str]:
-    """Plain sentences: the baseline, the recommendation, the best trial per metric with its
-    difference, then redundant trials, metrics the run skipped or the report could not test
-    (and why) and unknown costs."""
+    """Plain sentences: the baseline, the recommendation with the confidence in it and whether
+    the labels were generated, the best trial per metric with its difference, then redundant
+    trials, metrics the run skipped or the report could not test (and why) and unknown
+    costs."""
     base = md_code(report.label(report.baseline))
     lines = [
         f"Baseline: {base}. Test: {report.test}, {report.correction} correction, "
         f"alpha {report.alpha}; ▲/▼ mark significant differences from the baseline.",
         recommendation_line(report),
+        confidence_line(report),
+        *labels_line(report),
     ]
     stats = report.stats
     for metric in report.metrics:
@@ -58,18 +68,10 @@ def summary_lines(report: Report) -> list[str]:
 
 def recommendation_line(report: Report) -> str:
     """One line: the best configuration on the primary metric, and the best whose p50 total
-    latency is within the baseline's (or the latency budget)."""
+    latency is within the baseline's (or the latency budget); trials tied on the metric are
+    shown as a tie (``tie: A and B at 0.7312``), never as a silent pick."""
     pick = report.recommendation()
-    metric = report.metric
-    means = report.stats.loc[metric]["mean"]
-    latency = report.trials.set_index("trial_id").get("latency.total.p50_ms")
-
-    def trial(trial_id: str) -> str:
-        ms = latency[trial_id] if latency is not None else float("nan")
-        cost = f", p50 {ms:.3g} ms" if ms == ms else ""
-        return f"{md_code(report.label(trial_id))} ({metric} {means[trial_id]:.4f}{cost})"
-
-    line = f"- **Recommendation**: best overall {trial(pick.best)}"
+    line = f"- **Recommendation**: best overall {_pick(report, pick.best, pick.tied)}"
     if pick.bound_ms is None:
         return line + "; the run measured no latency, so there is no pick within a latency bound."
     bound = (
@@ -81,7 +83,51 @@ def recommendation_line(report: Report) -> str:
         return line + f"; no trial is within {bound}."
     if pick.within == pick.best:
         return line + f", also the best within {bound}."
-    return line + f"; best within {bound}: {trial(pick.within)}."
+    return line + f"; best within {bound}: {_pick(report, pick.within, pick.tied_within)}."
+
+
+def _pick(report: Report, trial_id: str, tied: tuple[str, ...]) -> str:
+    """A picked trial with its mean and p50 latency; for a tie, every tied trial, and which
+    of them is the fastest when latency separates them."""
+    metric = report.metric
+    mean = float(report.stats.loc[metric]["mean"][trial_id])
+    latency = report.trials.set_index("trial_id").get("latency.total.p50_ms")
+    ms = latency if latency is not None else pd.Series(dtype=float)
+    p50 = ms.get(trial_id, float("nan"))
+    cost = f", p50 {p50:.3g} ms" if p50 == p50 else ""
+    shown = f"{md_code(report.label(trial_id))} ({metric} {mean:.4f}{cost}"
+    if not tied:
+        return shown + ")"
+    tie = tie_text([md_code(report.label(t)) for t in tied], mean)
+    others = ms.reindex([t for t in tied if t != trial_id])
+    if p50 == p50 and others.notna().all() and bool((others > p50).all()):
+        return shown + f"; the fastest in a {tie})"
+    return f"{tie} ({metric}; latency does not separate them)"
+
+
+def confidence_line(report: Report) -> str:
+    """How sure the pick on the primary metric is: the trial best in most bootstrap
+    resamples of the queries, or the trials the queries cannot separate."""
+    found = report.confidence
+    return (
+        f"- **Confidence in the pick** ({md_text(report.metric)}): "
+        f"{found.line(lambda t: md_code(report.label(t)))}."
+    )
+
+
+def labels_line(report: Report) -> list[str]:
+    """A line saying the labels were generated (and by which method), when they were."""
+    methods = report.generated_labels
+    if not methods:
+        return []
+    queries = int(report.manifest["queries"]["count"])
+    generated = sum(methods.values())
+    by = ", ".join(m if len(methods) == 1 else f"{m} {n:,}" for m, n in methods.items())
+    which = f"{queries:,} queries" if generated == queries else f"{generated:,} of {queries:,}"
+    return [
+        f"- **Labels: generated** ({md_text(by)}), {which}: the pick holds as far as these "
+        "labels rank trials like real ones (measure it: `ragbench datasets agreement`)."
+    ]
 
 
 def _redundant(report: Report) -> list[str]:

@@ -4,7 +4,9 @@ difference is real, and what it costs in latency.
 ``Report.from_run(run_dir)`` reads the run directory contract only (ARCHITECTURE.md, "The run
 directory"), tests every trial against the baseline per metric (paired test, multiple-comparison
 correction, bootstrap confidence intervals), and renders to a DataFrame, Markdown, LaTeX, CSV, PNG
-plots and one self-contained HTML file.
+plots and one self-contained HTML file. Its recommendation reports trials tied on the primary
+metric as a tie, comes with the bootstrap confidence in the pick (``confidence``) and says when
+the labels were generated (``generated_labels``).
 """
 
 from __future__ import annotations
@@ -18,14 +20,22 @@ from functools import cached_property, partial
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import pandas as pd
 
 from ragbench.errors import ConfigError, DataError
-from ragbench.evaluate.metrics import best_first, best_index, higher_is_better, parse_metric
+from ragbench.evaluate.metrics import (
+    best_first,
+    best_index,
+    best_indices,
+    higher_is_better,
+    parse_metric,
+)
 from ragbench.evaluate.significance import bootstrap_ci, compare, compare_all
 from ragbench.experiment.runner import redundancy
 from ragbench.experiment.store import RunStore
 from ragbench.report import plots
+from ragbench.report.confidence import PickConfidence, pick_confidence, tie_text
 from ragbench.report.drilldown import drilldown
 from ragbench.report.tables import latency_stages, markdown_table, spend, usage_stages, usd
 
@@ -51,13 +61,31 @@ class Recommendation:
     p50 total latency is at most ``bound_ms`` (the baseline's, or the ``--latency-budget``).
 
     ``within`` is None when no trial is within the bound, ``bound_ms`` None when the run
-    measured no latency. Among trials tied on the metric, the faster one is picked."""
+    measured no latency. A tie is not a pick: ``tied`` (``tied_within``) holds every trial tied
+    with ``best`` (``within``) on the metric, itself included, when there is more than one;
+    ``best`` and ``within`` are then the fastest of them (the first in run order when latency
+    does not separate them either)."""
 
     metric: str
     best: str
     bound: Literal["baseline", "budget"]
     bound_ms: float | None
     within: str | None
+    tied: tuple[str, ...] = ()
+    tied_within: tuple[str, ...] = ()
+
+
+def _fastest(
+    means: pd.Series, latency: pd.Series, metric: str
+) -> tuple[str | None, tuple[str, ...]]:
+    """The fastest of the trials tied for best of ``means`` (first in order on equal or
+    unknown latency), and all of them when they are more than one."""
+    tied = [str(t) for t in best_indices(means, metric)]
+    if not tied:
+        return None, ()
+    ms = latency.reindex(tied)
+    fastest = str(ms.idxmin()) if ms.notna().any() else tied[0]
+    return fastest, tuple(tied) if len(tied) > 1 else ()
 
 
 def _match(trials: pd.DataFrame, wanted: str) -> str | None:
@@ -251,22 +279,45 @@ class Report:
 
     def recommendation(self) -> Recommendation:
         """The best trial on the primary metric overall and within the latency bound: the
-        ``latency_budget_ms`` when given, else the baseline's p50 total latency."""
+        ``latency_budget_ms`` when given, else the baseline's p50 total latency; trials tied
+        on the metric are listed as a tie."""
         means = self.stats.loc[self.metric]["mean"]
         trials = self.trials.set_index("trial_id")
         latency = trials.get(TOTAL_P50, pd.Series(float("nan"), index=trials.index))
-        ranked = pd.DataFrame({"mean": means, "ms": latency.reindex(means.index)}).sort_values(
-            ["mean", "ms"], ascending=[not higher_is_better(self.metric), True], kind="stable"
-        )
-        best = str(ranked.index[0])
+        latency = latency.reindex(means.index)
+        best, tied = _fastest(means, latency, self.metric)
+        assert best is not None  # a report has finished trials with a mean of its metric
         budget = self.latency_budget_ms
         bound: Literal["baseline", "budget"] = "baseline" if budget is None else "budget"
-        if ranked["ms"].isna().all():
-            return Recommendation(self.metric, best, bound, None, None)
-        bound_ms = float(ranked["ms"][self.baseline]) if budget is None else budget
-        fast = ranked.index[ranked["ms"] <= bound_ms]
-        within = str(fast[0]) if len(fast) else None
-        return Recommendation(self.metric, best, bound, bound_ms, within)
+        if latency.isna().all():
+            return Recommendation(self.metric, best, bound, None, None, tied)
+        bound_ms = float(latency[self.baseline]) if budget is None else budget
+        within, tied_within = _fastest(means[latency <= bound_ms], latency, self.metric)
+        return Recommendation(self.metric, best, bound, bound_ms, within, tied, tied_within)
+
+    @cached_property
+    def confidence(self) -> PickConfidence:
+        """How sure the pick on the primary metric is: each finished trial's probability of
+        being the best over bootstrap resamples of the compared queries (``n_resamples``)."""
+        values = self.per_query[self.per_query["metric"] == self.metric].pivot(
+            index="query_id", columns="trial_id", values="value"
+        )
+        labels = dict(zip(self._finished["trial_id"], self._finished["label"], strict=True))
+        return pick_confidence(values, self.metric, labels, n_resamples=self.n_resamples)
+
+    @cached_property
+    def generated_labels(self) -> dict[str, int]:
+        """How many of the run's queries have generated labels, per generator method (the
+        ``method`` column of ``queries.parquet``, from each query's metadata); empty for
+        labels written by people, or a run directory without that column."""
+        path = self.store.path / "queries.parquet"
+        if not path.is_file():
+            return {}
+        queries = pd.read_parquet(path)
+        if "method" not in queries.columns:
+            return {}
+        counts = queries["method"].dropna().astype(str).value_counts(sort=False)
+        return {str(m): int(n) for m, n in counts.sort_index().items()}
 
     @cached_property
     def spend(self) -> pd.DataFrame:
@@ -375,8 +426,9 @@ class Report:
         return Path(path)
 
     def selection_table(self) -> pd.DataFrame | None:
-        """The honest-selection result: per metric the chosen trial, its score where it was
-        selected and where it is reported, the baseline there, the paired test and a CI."""
+        """The honest-selection result: per metric the chosen trial (or the tie: then the mean
+        of the tied trials' values stands for the pick), its score where it was selected and
+        where it is reported, the baseline there, the paired test and a CI."""
         found = self.store.selection()
         if found is None:
             return None
@@ -384,43 +436,60 @@ class Report:
         rows = []
         for metric, chosen in summary["chosen"].items():
             values = per_query[per_query["metric"] == metric]
-            trial = "cv" if summary["mode"] == "folds" else chosen["trial_id"]
+            row: dict[str, Any] = {"metric": metric}
             if summary["mode"] == "folds":
+                trial = "cv"
                 base = self.store.per_query()
                 base = base[base["metric"] == metric]
                 values = pd.concat([values, base[base["trial_id"] == summary["baseline"]]])
-            row = {"metric": metric}
-            if summary["mode"] == "folds":
                 row |= {
-                    "chosen": "; ".join(sorted(set(chosen["labels"]))),
+                    "chosen": self._fold_picks(chosen),
                     "in-sample best": chosen["best_in_sample"],
                     "cross-validated": chosen["cross_validated"],
                 }
             else:
+                tied = chosen.get("tied") or [chosen["trial_id"]]  # older runs: no "tied"
+                trial, values = _tie_trial(tied, values)
+                labels = chosen.get("tied_labels") or [chosen["label"]]
+                reported = chosen.get("tied_reported") or [chosen["reported"]]
                 row |= {
-                    "chosen": chosen["label"],
+                    "chosen": labels[0] if len(tied) == 1 else tie_text(labels, chosen["selected"]),
                     f"on {summary['select_on']}": chosen["selected"],
-                    f"on {summary['report_on']}": chosen["reported"],
+                    f"on {summary['report_on']}": float(np.mean(reported)),
                 }
             if summary["baseline"] and summary["baseline"] != trial:
-                stats = compare(values, summary["baseline"], metric, n_resamples=self.n_resamples)
-                own = stats.loc[trial]
-                pairs = values.pivot(index="query_id", columns="trial_id", values="value")
-                low, high = bootstrap_ci(
-                    (pairs[trial] - pairs[summary["baseline"]]).to_numpy(),
-                    n_resamples=self.n_resamples,
-                )
-                row |= {
-                    "baseline": stats.loc[summary["baseline"], "mean"],
-                    "delta": own["delta"],
-                    "delta_ci_low": low,
-                    "delta_ci_high": high,
-                    "p": own["p_value"],
-                    "ci_low": own["ci_low"],
-                    "ci_high": own["ci_high"],
-                }
+                row |= self._against_baseline(values, summary["baseline"], trial, metric)
             rows.append(row)
         return pd.DataFrame(rows)
+
+    def _fold_picks(self, chosen: dict[str, Any]) -> str:
+        """The distinct picks of the folds; a fold whose selection tied shows the tie."""
+        folds = chosen.get("per_fold_tied") or [[t] for t in chosen["per_fold"]]
+        picks = {
+            self.label(ts[0]) if len(ts) == 1 else tie_text([self.label(t) for t in ts])
+            for ts in folds
+        }
+        return "; ".join(sorted(picks))
+
+    def _against_baseline(
+        self, values: pd.DataFrame, baseline: str, trial: str, metric: str
+    ) -> dict[str, Any]:
+        """The baseline's mean, the paired difference with its CI and p, and the trial's CI."""
+        stats = compare(values, baseline, metric, n_resamples=self.n_resamples)
+        own = stats.loc[trial]
+        pairs = values.pivot(index="query_id", columns="trial_id", values="value")
+        low, high = bootstrap_ci(
+            (pairs[trial] - pairs[baseline]).to_numpy(), n_resamples=self.n_resamples
+        )
+        return {
+            "baseline": stats.loc[baseline, "mean"],
+            "delta": own["delta"],
+            "delta_ci_low": low,
+            "delta_ci_high": high,
+            "p": own["p_value"],
+            "ci_low": own["ci_low"],
+            "ci_high": own["ci_high"],
+        }
 
     def selection_note(self) -> str:
         """One sentence saying how the selection was made."""
@@ -531,6 +600,20 @@ class Report:
         table = self.display_table().to_html(index=False, escape=True)
         base = html.escape(self.label(self.baseline))
         return f"<p><b>{html.escape(self.metric)}</b> vs baseline <code>{base}</code></p>{table}"
+
+
+TIE = "tie"  # the trial id standing for a tie in the selection table's per-query values
+
+
+def _tie_trial(tied: list[str], values: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+    """The trial id that stands for the pick, and ``values`` (long per-query rows) with it:
+    the trial itself, or for a tie the rows of ``TIE``, each query's mean over the tied
+    trials (what a pick at random among them scores on average)."""
+    if len(tied) == 1:
+        return tied[0], values
+    rows = values[values["trial_id"].isin(tied)]
+    mean = rows.groupby(["query_id", "metric"], as_index=False, sort=False)["value"].mean()
+    return TIE, pd.concat([values, mean.assign(trial_id=TIE)], ignore_index=True)
 
 
 _LATEX = {

@@ -41,6 +41,8 @@ over two documents).
 from __future__ import annotations
 
 import os
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,10 +50,20 @@ from typing import Any
 from pydantic import ValidationError
 
 from ragbench.data.catalog import FORMATS, load_dataset, resolve_dataset
-from ragbench.data.generate.base import Draft, Generation, Method, check_option
+from ragbench.data.cuts import Cuts, widen
+from ragbench.data.generate.base import (
+    COPY_WORDS,
+    Draft,
+    Generation,
+    Method,
+    Span,
+    check_option,
+    folded,
+    word_count,
+)
 from ragbench.data.generate.llm import LLMMethod, copy_share, locate_excerpt, near_duplicates
 from ragbench.data.generate.offline import GENERIC_HEADINGS, HeadingsMethod, IctMethod
-from ragbench.data.spans import write_spans
+from ragbench.data.spans import DEFAULT_EVIDENCE_GRADE, write_spans
 from ragbench.errors import ConfigError, DataError, RagbenchError
 from ragbench.llm.client import LLMConfig
 from ragbench.registry import components, format_validation_error
@@ -80,7 +92,7 @@ StrPath = str | os.PathLike[str]
 METHODS = ("ict", "headings", "llm")
 # option -> the methods it applies to
 _OPTIONS: dict[str, tuple[str, ...]] = {
-    "window": ("ict",),
+    **dict.fromkeys(("window", "evidence_terms", "keep_numbers", "keep_references"), ("ict",)),
     "min_words": METHODS,
     **dict.fromkeys(
         (
@@ -216,10 +228,13 @@ def generate(
         raise RagbenchError(f"{corpus}: no query was kept (dropped: {_counts(generation.dropped)})")
     generator = {"method": chosen.name, "n": n, "seed": seed, **chosen.settings()}
     docs = {doc.id: doc for doc in documents}
-    width = max(3, len(str(len(generation.drafts))))
+    drafts, cuts = _held_out(generation.drafts, docs, generation.dropped)
+    if not drafts:
+        raise RagbenchError(f"{corpus}: no query was kept (dropped: {_counts(generation.dropped)})")
+    width = max(3, len(str(len(drafts))))
+    ids = [f"q{i:0{width}d}" for i in range(1, len(drafts) + 1)]
     records = [
-        _record(f"q{i:0{width}d}", draft, docs, generator)
-        for i, draft in enumerate(generation.drafts, 1)
+        _record(qid, draft, docs, cuts, generator) for qid, draft in zip(ids, drafts, strict=True)
     ]
     whole_files = all(
         doc.metadata.get("format") in _FILE_FORMATS
@@ -228,7 +243,12 @@ def generate(
         for doc in documents
     )
     written = documents if whole_files else [doc for doc in documents if doc.text.strip()]
-    write_spans(target, written, records, corpus_given=whole_files)
+    cut_lines = [
+        (cut["doc_id"], cut["start"], cut["end"], record["id"])
+        for record in records
+        if (cut := record["metadata"].get("cut"))
+    ]
+    write_spans(target, written, records, corpus_given=whole_files, cuts=cut_lines)
     return GenerationResult(
         path=target,
         method=chosen.name,
@@ -243,23 +263,90 @@ def generate(
     )
 
 
+def _widened(text: str, cut: Span) -> tuple[int, int]:
+    return widen(text, cut[1], cut[2])
+
+
+def _held_out(
+    drafts: Sequence[Draft], docs: Mapping[str, Document], dropped: Counter[str]
+) -> tuple[list[Draft], dict[str, Cuts]]:
+    """The drafts kept once each draft's ``cut`` is taken out of its document, and the cuts per
+    document: a draft made of a document's text (one with a cut) of ``COPY_WORDS`` words or
+    more whose text still occurs in a document (its own: ``still in its document``; another:
+    ``in another document``) is counted in ``dropped`` and left out, its cut with it. (An LLM's
+    questions are no document's text; ``max_overlap`` bounds how much of it they copy.)"""
+    kept = list(drafts)
+    while True:
+        cuts = _cuts(kept, docs)
+        texts = {
+            doc_id: folded(cuts[doc_id].apply(doc.text) if doc_id in cuts else doc.text)
+            for doc_id, doc in docs.items()
+        }
+        everything = "\0".join(texts.values())
+        found: list[str | None] = []
+        for draft in kept:
+            query = folded(draft.text)
+            if draft.cut is None or word_count(query) < COPY_WORDS or query not in everything:
+                found.append(None)
+            elif any(query in texts[doc_id] for doc_id, _, _ in (*draft.evidence, *draft.sources)):
+                found.append("still in its document")
+            else:
+                found.append("in another document")
+        if not any(found):
+            return kept, cuts
+        dropped.update(reason for reason in found if reason)
+        kept = [draft for draft, reason in zip(kept, found, strict=True) if reason is None]
+
+
+def _cuts(drafts: Sequence[Draft], docs: Mapping[str, Document]) -> dict[str, Cuts]:
+    """The drafts' cuts per document, each widened over the blanks next to it."""
+    ranges: dict[str, list[tuple[int, int]]] = {}
+    for draft in drafts:
+        if draft.cut is not None:
+            ranges.setdefault(draft.cut[0], []).append(_widened(docs[draft.cut[0]].text, draft.cut))
+    return {doc_id: Cuts.of(spans) for doc_id, spans in ranges.items()}
+
+
 def _record(
-    qid: str, draft: Draft, docs: dict[str, Document], generator: dict[str, Any]
+    qid: str,
+    draft: Draft,
+    docs: Mapping[str, Document],
+    cuts: Mapping[str, Cuts],
+    generator: dict[str, Any],
 ) -> dict[str, Any]:
-    """The ``queries.jsonl`` line of ``draft``."""
+    """The ``queries.jsonl`` line of ``draft``: evidence and sources at their offsets in the
+    documents as cut; the cut itself at its offsets before cutting."""
+
+    def place(span: Span) -> tuple[str, int, int]:
+        doc_id, start, end = span
+        return (doc_id, *cuts[doc_id].span(start, end)) if doc_id in cuts else span
+
+    def text(doc_id: str) -> str:
+        doc = docs[doc_id].text
+        return cuts[doc_id].apply(doc) if doc_id in cuts else doc
+
     record: dict[str, Any] = {"id": qid, "text": draft.text, "type": draft.type}
     if draft.answer is not None:
         record["answer"] = draft.answer
-    record["evidence"] = [
-        {"doc_id": doc_id, "start": start, "end": end, "text": docs[doc_id].text[start:end]}
-        for doc_id, start, end in draft.evidence
+    evidence = [
+        {"doc_id": doc_id, "start": start, "end": end, "text": text(doc_id)[start:end]}
+        for doc_id, start, end in map(place, draft.evidence)
+        if text(doc_id)[start:end].strip()
     ]
+    if evidence:
+        record["evidence"] = evidence
+    if draft.judged:
+        record["qrels"] = dict.fromkeys(draft.judged, DEFAULT_EVIDENCE_GRADE)
     record["metadata"] = {
         "method": generator["method"],
         "sources": [
-            {"doc_id": doc_id, "start": start, "end": end} for doc_id, start, end in draft.sources
+            {"doc_id": doc_id, "start": start, "end": end}
+            for doc_id, start, end in map(place, draft.sources)
         ],
         **draft.details,
         "generator": generator,
     }
+    if draft.cut is not None:
+        start, end = _widened(docs[draft.cut[0]].text, draft.cut)
+        record["metadata"]["cut"] = {"doc_id": draft.cut[0], "start": start, "end": end}
     return record

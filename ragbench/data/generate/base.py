@@ -4,14 +4,16 @@ written.
 
 Sections: Markdown documents split at ATX headings (``#`` … ``######``, outside code fences),
 HTML documents at ``<h1>``–``<h6>`` (read from the source file, then found in the loaded text);
-any other document is one section. A section's body runs from the end of its heading line to the
-next heading of any level. Sentences come from ``split_sentences``; each is ``prose``, ``code``
-(inside a fenced block) or ``table`` (a Markdown table row). Heading lines belong to no body.
+any other document is one section. A document whose text opens with its title
+(``metadata["title"]``, as a BEIR document's ``title + " " + text``) has the title as its first
+heading, so no sentence joins the title to the text. A section's body runs from the end of its
+heading line to the next heading of any level. Sentences come from ``split_sentences``; each
+is ``prose``, ``code`` (inside a fenced block) or ``table`` (a Markdown table row). Heading lines
+belong to no body.
 """
 
 from __future__ import annotations
 
-import bisect
 import random
 import re
 from collections import Counter, deque
@@ -26,6 +28,7 @@ from ragbench.text.sentences import split_sentences
 from ragbench.types import Document
 
 __all__ = [
+    "COPY_WORDS",
     "Draft",
     "Generation",
     "Method",
@@ -34,6 +37,7 @@ __all__ = [
     "Span",
     "check_option",
     "document_sections",
+    "folded",
     "plain",
     "stratified",
     "word_count",
@@ -92,6 +96,17 @@ def check_option(flag: str, value: float, low: float, high: float | None = None)
     if not fits or not (low <= value and (high is None or value <= high)):
         bounds = f">= {low}" if high is None else f"from {low} to {high}"
         raise ConfigError(f"{flag}: expected {kind} {bounds}, got {value!r}")
+
+
+COPY_WORDS = 5
+"""A query of at least this many words must not occur verbatim in the corpus once its own text
+is cut out (a repeated sentence, boilerplate shared by documents): exact match would find it.
+Shorter queries (a heading's topic words) are what relevant documents are expected to say."""
+
+
+def folded(text: str) -> str:
+    """``text`` casefolded, each run of whitespace one space: how verbatim copies are found."""
+    return " ".join(text.casefold().split())
 
 
 def word_count(text: str) -> int:
@@ -183,25 +198,36 @@ def _html(doc: Document) -> list[tuple[int, int, int, str]]:
     return headings
 
 
+def _title(doc: Document) -> list[tuple[int, int, int, str]]:
+    """The document's title as a heading (level 1) when its text opens with it, as a BEIR
+    document's ``title + " " + text`` does."""
+    title = doc.metadata.get("title")
+    if not isinstance(title, str) or not title.strip() or not doc.text.startswith(title):
+        return []
+    rest = doc.text[len(title) : len(title) + 1]
+    return [(0, len(title), 1, title)] if rest in ("", " ", "\n", "\t") else []
+
+
 def document_sections(doc: Document) -> list[Section]:
     """The sections of ``doc`` in order (see the module docstring); blank text before the
-    first heading is no section."""
+    first heading is no section. Sentences are split within each body, so none spans a
+    heading or a title."""
     fmt = doc.metadata.get("format")
     headings, fences = _markdown(doc.text) if fmt == "md" else ([], [])
     if fmt == "html":
         headings = _html(doc)
+    titled = _title(doc)
+    headings = [*titled, *(h for h in headings if not titled or h[0] >= titled[0][1])]
     starts = [0, *(h[1] for h in headings)]
     ends = [*(h[0] for h in headings), len(doc.text)]
     titles: list[tuple[int, int, int, str] | None] = [None, *headings]
-    sentences = split_sentences(doc.text)
-    first = [s for s, _ in sentences]
     sections = []
     for start, end, heading in zip(starts, ends, titles, strict=True):
         if heading is None and not doc.text[start:end].strip():
             continue
         inside = tuple(
-            Sentence(s, e, _kind(doc.text, s, e, fences))
-            for s, e in sentences[bisect.bisect_left(first, start) : bisect.bisect_left(first, end)]
+            Sentence(start + s, start + e, _kind(doc.text, start + s, start + e, fences))
+            for s, e in split_sentences(doc.text[start:end])
         )
         sections.append(
             Section(
@@ -251,7 +277,10 @@ def stratified(strata: Sequence[Sequence[Sequence[T]]], seed: int | str) -> Iter
 @dataclass(frozen=True)
 class Draft:
     """A generated query: its text and type, evidence spans, the passage(s) it was made from,
-    a reference answer (LLM only) and method-specific details for its metadata."""
+    a reference answer (LLM only), method-specific details for its metadata, the text the
+    query was taken from (``cut``: a sentence, a heading), which the written set cuts out of
+    its document so that the query cannot find it by exact match, and documents ``judged``
+    relevant as a whole where no span of them is evidence (document-level labels only)."""
 
     text: str
     type: str
@@ -259,6 +288,8 @@ class Draft:
     sources: tuple[Span, ...]
     answer: str | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
+    cut: Span | None = None
+    judged: tuple[str, ...] = ()
 
 
 @dataclass

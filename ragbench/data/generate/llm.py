@@ -4,16 +4,19 @@ verbatim excerpts of the passage that answer it and a reference answer.
 Passages are runs of consecutive sentences of one section, up to ``passage_words`` words (a
 longer sentence is a passage of its own); passages of fewer than ``min_words`` words are
 skipped. The prompt asks for JSON following the schema of ``GeneratedQuestion``, written into
-the prompt the way ragas' prompts do, so any OpenAI-compatible endpoint works. Every call goes
-through ``LLMClient`` and its ``LLMCache``: a rerun makes no request.
+the prompt the way ragas' prompts do, so any OpenAI-compatible endpoint works; the request also
+asks for that schema, bounded (``_REPLY_SCHEMA``), as structured output where the endpoint takes
+it, which lets a small local model reply in valid JSON and end its reply. Every call goes through
+``LLMClient`` and its ``LLMCache``: a rerun makes no request.
 
-A reply becomes a query only if it parses, and every excerpt is found in the passage's document
-(``locate_excerpt``: exact, then with any run of whitespace matching any run, then a fuzzy
-alignment near the passage scoring at least ``min_match`` of 100). Then, optionally, a question
-whose content words mostly come from its excerpts (share above ``max_overlap``) is dropped, and
-of near-duplicate questions (cosine similarity of their ``embedder`` vectors above ``dedup``)
-the later one. With ``multi_hop`` K, K of the questions are asked over two passages of two
-different documents, and need evidence in both.
+A reply becomes a query only if it parses (raw control characters in its strings allowed:
+grammar-constrained local models write raw newlines), and every excerpt is found in the
+passage's document (``locate_excerpt``: exact, then with any run of whitespace matching any run,
+then a fuzzy alignment near the passage scoring at least ``min_match`` of 100). Then,
+optionally, a question whose content words mostly come from its excerpts (share above
+``max_overlap``) is dropped, and of near-duplicate questions (cosine similarity of their
+``embedder`` vectors above ``dedup``) the later one. With ``multi_hop`` K, K of the questions
+are asked over two passages of two different documents, and need evidence in both.
 """
 
 from __future__ import annotations
@@ -76,6 +79,21 @@ class GeneratedQuestion(BaseModel):
         description="The parts of the text that answer the question, each copied verbatim"
     )
     answer: str = Field(description="A short reference answer, from the text alone")
+
+
+def _reply_schema() -> dict[str, Any]:
+    """``GeneratedQuestion``'s JSON schema with bounds that let a small model finish its reply:
+    a question and an answer of up to 300 characters, one to four excerpts of up to 600."""
+    schema = GeneratedQuestion.model_json_schema()
+    properties = schema["properties"]
+    properties["question"]["maxLength"] = properties["answer"]["maxLength"] = 300
+    properties["excerpts"] |= {"minItems": 1, "maxItems": 4}
+    properties["excerpts"]["items"]["maxLength"] = 600
+    return schema
+
+
+_REPLY_SCHEMA = _reply_schema()
+"""The schema a reply is asked for as structured output (``LLMClient.chat``'s ``schema``)."""
 
 
 class _OnePassage(BaseModel):
@@ -155,13 +173,14 @@ def _prompt(instruction: str, example: tuple[BaseModel, BaseModel], data: BaseMo
 
 
 def _parse(reply: str) -> GeneratedQuestion | None:
-    """The reply's JSON object (code fences and prose around it ignored), if it is one."""
+    """The reply's JSON object (code fences and prose around it ignored, raw control characters
+    in strings allowed), if it is one."""
     start, end = reply.find("{"), reply.rfind("}")
     if start < 0 or end < start:
         return None
     try:
-        parsed = GeneratedQuestion.model_validate_json(reply[start : end + 1])
-    except ValidationError:
+        parsed = GeneratedQuestion.model_validate(json.loads(reply[start : end + 1], strict=False))
+    except (json.JSONDecodeError, ValidationError):
         return None
     if not parsed.question.strip() or not parsed.excerpts:
         return None
@@ -350,7 +369,7 @@ class LLMMethod:
         ]
         jobs += self._pairs(strata, seed)
         client = LLMClient(self.llm, LLMCache(self.cache or default_cache_root()), where="llm")
-        replies = client.chat_many([self._messages(job) for job in jobs])
+        replies = client.chat_many([self._messages(job) for job in jobs], _REPLY_SCHEMA)
         dropped: Counter[str] = Counter()
         drafts = [
             draft
