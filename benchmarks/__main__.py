@@ -256,8 +256,8 @@ def latency(s: Settings) -> dict[str, Any]:
 
 
 def agreement(s: Settings) -> dict[str, Any]:
-    """Real labels against generated ones (ict, headings) on SciFact and the chunking
-    evaluation: do they rank one sweep's trials alike? (``--full``)"""
+    """Real labels against generated ones (the default method, five seeds; an LLM's as a floor)
+    on SciFact and the chunking evaluation: do they rank one sweep's trials alike? (``--full``)"""
     from benchmarks import bench_agreement
 
     if not (s.full or s.tiny):
@@ -272,7 +272,16 @@ def agreement(s: Settings) -> dict[str, Any]:
         "chunking": s.overrides(bench_agreement.CHUNKING_CONFIG, chunking),
     }
     return bench_agreement.measure(
-        s.runs, s.cache, scifact, chunking, overrides, n=TINY_QUERIES, limit=TINY_QUERIES
+        s.runs,
+        s.cache,
+        scifact,
+        chunking,
+        overrides,
+        n=6 * TINY_QUERIES,  # some with span evidence; the runs evaluate TINY_QUERIES of them
+        seeds=1,
+        limit=TINY_QUERIES,
+        llm_n=0,
+        judged_ks=(2, TINY_QUERIES),
     )
 
 

@@ -1,22 +1,30 @@
 """Do generated labels rank configurations like real ones? One sweep per corpus, run on the
-real labels and on sets generated from the same corpus, and their agreement.
+real labels and on sets generated from the same corpus with the default offline method, and
+their agreement.
 
-* SciFact (experiments/agreement-scifact.yaml, document level): the 300 real test queries
-  against an ``ict`` set of ``n`` queries generated from the SciFact corpus.
-* Chroma's chunking evaluation (experiments/agreement-chunking.yaml, span level): the 472 real
-  questions against an ``ict`` and a ``headings`` set generated from the five corpora; a method
-  the corpora offer no candidates for (``headings`` needs Markdown or HTML headings) is
-  recorded with the generator's reason.
+* SciFact (experiments/agreement-scifact.yaml, document level, 16 trials): the 300 real test
+  queries against sets of ``n`` generated queries, seeds 0 to 4 (seed 0 is the headline; the
+  others show the spread). For scale, the same sweep on the 809 real *train* queries: τ-b of
+  random 300-query samples of them against the test labels — what an independent set of real
+  queries of the same size reaches.
+* Chroma's chunking evaluation (experiments/agreement-chunking.yaml, span level, 18 trials):
+  the 472 real questions against sets generated from the five corpora, seeds as above.
+* The ``llm`` method with a real local model (llama.cpp, SmolLM2-135M-Instruct;
+  ``ragbench.llm.local``) on SciFact, as a floor: a 135M model writes near-noise questions.
+* How many judged queries make a check of the pick useful: ``bench_judged`` on SciFact's real
+  run and the seed-0 generated run.
 
-Each set is generated afresh (seed 0) into ``<runs>/agreement-<corpus>/sets/<method>``; the
-sweeps run into ``<runs>/agreement-<corpus>/{real,<method>}`` through ``bench_quality.run_config``
-(the stage cache makes reruns cheap: the sets share the corpus, so chunks, document vectors and
-indexes are built once). Per metric of the config: Kendall τ-b, Spearman ρ (with p-values),
-pairs, each set's best trial and its rank on the other, top-3 overlap; for the first metric the
-trials with both ranks, the swapped pairs that moved most and the mean rank change per
+Each set is generated afresh into ``<runs>/agreement-<corpus>/sets/seed-<s>``; the sweeps run
+into ``<runs>/agreement-<corpus>/{real,seed-<s>}`` through ``bench_quality.run_config`` (the
+stage cache makes reruns cheap; a set changes only the documents its queries were cut from, and
+vectors are cached per text). Per metric and seed: Kendall τ-b with its 95% bootstrap interval,
+Spearman ρ, whether both pick the same best trial, the regret of the generated set's pick (its
+real value minus the real best) and the confidence in that pick; for seed 0 and the first metric
+the trials with both ranks, the swapped pairs that moved most and the mean rank change per
 retriever kind (positive: the generated set ranks that kind lower).
 
-``python -m benchmarks.bench_agreement [--n N] [--limit-queries N]`` prints the figures.
+``python -m benchmarks.bench_agreement [--n N] [--seeds K] [--limit-queries N]`` prints the
+figures.
 """
 
 from __future__ import annotations
@@ -24,51 +32,48 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+from scipy import stats
 
+from benchmarks import bench_judged
 from benchmarks.bench_quality import CHUNKING_EVAL, REPO, RUNS, SCIFACT, relative, run_config
 from ragbench.data.generate import build_method, generate
-from ragbench.errors import DataError
-from ragbench.experiment.config import load_config
+from ragbench.experiment.config import ExperimentConfig, load_config
+from ragbench.experiment.store import RunStore
 from ragbench.index.cache import default_cache_root
+from ragbench.llm import local
 from ragbench.report.agreement import Agreement, agreement, agreement_config
 
 SCIFACT_CONFIG = REPO / "experiments" / "agreement-scifact.yaml"
 CHUNKING_CONFIG = REPO / "experiments" / "agreement-chunking.yaml"
 SWAPS = 5  # swapped pairs listed per comparison
+CEILING_SAMPLES = 200  # random samples of the train queries
 
 
 def _figures(found: Agreement) -> dict[str, Any]:
     """The numbers of one agreement, as plain values."""
-    trials = found.trials
+    low, high = found.tau_ci if found.tau_ci is not None else (float("nan"), float("nan"))
+    synthetic = found.confidence.get("synthetic")
     return {
         "metric": found.metric,
-        "trials": len(trials),
+        "trials": len(found.trials),
         "left_out": list(found.left_out),
+        "queries": list(found.queries or ()),
         "tau": found.tau,
-        "tau_p": found.tau_p,
+        "tau_low": low,
+        "tau_high": high,
         "rho": found.rho,
-        "rho_p": found.rho_p,
-        "concordant": found.concordant,
-        "discordant": found.discordant,
-        "tied": found.tied,
         "same_best": found.same_best,
-        "best": {
-            here: [
-                {
-                    "label": trials.at[t, "label"],
-                    "rank_on_other": int(trials.at[t, f"{there}_rank"]),
-                }
-                for t in found.best(here)
-            ]
-            for here, there in (("real", "synthetic"), ("synthetic", "real"))
-        },
-        "top": found.top,
-        "top_overlap": found.top_overlap,
+        "regret": found.regret,
+        "best_real": [found.trials.at[t, "label"] for t in found.best("real")],
+        "best_synthetic": [found.trials.at[t, "label"] for t in found.best("synthetic")],
+        "confidence": synthetic.line() if synthetic is not None else None,
     }
 
 
@@ -94,58 +99,6 @@ def _details(found: Agreement, kinds: pd.Series) -> dict[str, Any]:
     }
 
 
-def _fresh_set(dataset: Path, out: Path, method: str, n: int) -> dict[str, Any]:
-    """Generate ``method``'s set of ``dataset`` into ``out`` (replacing an older one)."""
-    shutil.rmtree(out, ignore_errors=True)
-    result = generate(dataset, out, build_method(method), n=n, seed=0)
-    return {"queries": result.queries, "candidates": result.candidates, "path": relative(out)}
-
-
-def corpus(
-    name: str,
-    config_path: Path,
-    dataset: Path,
-    methods: Sequence[str],
-    runs: Path,
-    cache_root: str,
-    overrides: Sequence[str] = (),
-    n: int = 200,
-    limit: int | None = None,
-) -> dict[str, Any]:
-    """The real run of ``config_path`` on ``dataset`` and, per generation method, the run on
-    its generated set and the agreement of the two."""
-    config = load_config(config_path, overrides)
-    root = runs / f"agreement-{name}"
-    real = run_config(agreement_config(config, dataset), root / "real", limit, cache_root)
-    trials = real["result"].trials.set_index("trial_id")
-    kinds = trials["param.retriever.kind"]
-    out: dict[str, Any] = {
-        "config": relative(config_path),
-        "real": _provenance(real),
-        "metrics": list(config.evaluation.metrics),
-        "methods": {},
-    }
-    for method in methods:
-        try:
-            made = _fresh_set(dataset, root / "sets" / method, method, n)
-        except DataError as exc:  # the corpus offers this method nothing
-            out["methods"][method] = {"skipped": str(exc)}
-            continue
-        synthetic = run_config(
-            agreement_config(config, root / "sets" / method), root / method, limit, cache_root
-        )
-        found = [
-            agreement(root / "real", root / method, metric) for metric in config.evaluation.metrics
-        ]
-        out["methods"][method] = {
-            "set": made,
-            "run": _provenance(synthetic),
-            "agreement": [_figures(f) for f in found],
-            **_details(found[0], kinds),
-        }
-    return out
-
-
 def _provenance(done: dict[str, Any]) -> dict[str, Any]:
     """Where a run's numbers come from: its directory, queries, seconds and cached stages."""
     return {
@@ -157,55 +110,200 @@ def _provenance(done: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _one_set(
+    config: ExperimentConfig,
+    dataset: Path,
+    root: Path,
+    name: str,
+    method: str,
+    options: dict[str, Any],
+    n: int,
+    seed: int,
+    limit: int | None,
+    cache_root: str,
+) -> dict[str, Any]:
+    """Generate ``method``'s set of ``dataset`` (replacing an older one), run the sweep on it
+    and compare it with ``root/real`` on every metric."""
+    target = root / "sets" / name
+    shutil.rmtree(target, ignore_errors=True)
+    made = generate(dataset, target, build_method(method, **options), n=n, seed=seed)
+    done = run_config(agreement_config(config, target), root / name, limit, cache_root)
+    found = [agreement(root / "real", root / name, m) for m in config.evaluation.metrics]
+    return {
+        "set": {
+            "queries": made.queries,
+            "candidates": made.candidates,
+            "dropped": made.dropped,
+            "path": relative(target),
+            "requests": made.requests,
+        },
+        "run": _provenance(done),
+        "agreement": [_figures(f) for f in found],
+        "found": found,
+    }
+
+
+def corpus(
+    name: str,
+    config_path: Path,
+    dataset: Path,
+    runs: Path,
+    cache_root: str,
+    overrides: Sequence[str] = (),
+    n: int = 300,
+    seeds: Sequence[int] = (0,),
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """The real run of ``config_path`` on ``dataset`` and, per seed, the run on a set generated
+    with the default method and its agreement with the real one."""
+    config = load_config(config_path, overrides)
+    root = runs / f"agreement-{name}"
+    real = run_config(agreement_config(config, dataset), root / "real", limit, cache_root)
+    kinds = real["result"].trials.set_index("trial_id")["param.retriever.kind"]
+    out: dict[str, Any] = {
+        "config": relative(config_path),
+        "real": _provenance(real),
+        "metrics": list(config.evaluation.metrics),
+        "seeds": {},
+    }
+    for seed in seeds:
+        one = _one_set(config, dataset, root, f"seed-{seed}", "ict", {}, n, seed, limit, cache_root)
+        found = one.pop("found")
+        if seed == seeds[0]:
+            out["details"] = _details(found[0], kinds)
+        out["seeds"][str(seed)] = one
+    return out
+
+
+def ceiling(
+    runs: Path,
+    cache_root: str,
+    scifact: Path = SCIFACT,
+    overrides: Sequence[str] = (),
+    n: int = 300,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """How far real labels agree with real labels: the SciFact sweep on its train queries,
+    and τ-b of random ``n``-query samples of them (``CEILING_SAMPLES``) against the test run."""
+    config = load_config(SCIFACT_CONFIG, overrides)
+    root = runs / "agreement-scifact"
+    test = agreement_config(config, scifact)
+    train = test.model_copy(update={"dataset": test.dataset.model_copy(update={"split": "train"})})
+    done = run_config(train, root / "train", limit, cache_root)
+    metric = config.evaluation.metrics[0]
+    real = RunStore(root / "real").trials().set_index("trial_id")[metric]
+    values = RunStore(root / "train").per_query()
+    values = values[values["metric"] == metric].pivot(
+        index="query_id", columns="trial_id", values="value"
+    )[real.index]
+    rng = np.random.default_rng(0)
+    size = min(n, len(values))
+    taus, regrets = [], []
+    for _ in range(CEILING_SAMPLES):
+        sample = values.iloc[rng.choice(len(values), size, replace=False)].mean()
+        taus.append(float(stats.kendalltau(real, sample).statistic))
+        regrets.append(float(real[sample.idxmax()] - real.max()))
+    tau = np.array(taus)
+    return {
+        "run": _provenance(done),
+        "metric": metric,
+        "queries": size,
+        "samples": CEILING_SAMPLES,
+        "tau_mean": float(tau.mean()),
+        "tau_sd": float(tau.std()),
+        "tau_at_least_0_8": float((tau >= 0.8).mean()),
+        "regret_mean": float(np.mean(regrets)),
+        "regret_at_least_minus_0_005": float((np.array(regrets) >= -0.005).mean()),
+    }
+
+
+def llm_floor(
+    runs: Path,
+    cache_root: str,
+    scifact: Path = SCIFACT,
+    overrides: Sequence[str] = (),
+    n: int = 100,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """``--method llm`` on SciFact with SmolLM2-135M-Instruct on a local llama.cpp server:
+    its agreement with the real labels, a floor for what an LLM method gives."""
+    reason = "no questions asked for (n = 0)" if n == 0 else local.unavailable()
+    if reason is not None:
+        return {"skipped": reason}
+    config = load_config(SCIFACT_CONFIG, overrides)
+    root = runs / "agreement-scifact"
+    with tempfile.TemporaryDirectory() as tmp, local.llama_server(Path(tmp) / "llama.log") as llm:
+        options = {
+            "base_url": llm.url,
+            "model": llm.model,
+            "llm_cache": cache_root,
+            "min_match": 0.0,
+            "embedder": {"kind": "hashing", "dim": 256},
+        }
+        one = _one_set(config, scifact, root, "llm", "llm", options, n, 0, limit, cache_root)
+    one.pop("found")
+    return {"model": local.MODEL, **one}
+
+
 def measure(
     runs: Path = RUNS,
     cache_root: Path | str | None = None,
     scifact: Path = SCIFACT,
     chunking: Path = CHUNKING_EVAL,
     overrides: dict[str, list[str]] | None = None,
-    n: int = 200,
+    n: int = 300,
+    seeds: int = 5,
     limit: int | None = None,
+    llm_n: int = 100,
+    judged_ks: Sequence[int] = (20, 50, 100),
 ) -> dict[str, Any]:
-    """Both corpora (``overrides``: config overrides per corpus name, for tiny runs)."""
+    """Both corpora (``overrides``: config overrides per corpus name, for tiny runs), the real
+    ceiling and the ``llm`` floor on SciFact, and the judged-subset curve."""
     root = str(cache_root or default_cache_root())
     extra = overrides or {}
-    return {
+    seeded = tuple(range(seeds))
+    found = {
         "n": n,
         "corpora": {
             "scifact": corpus(
-                "scifact",
-                SCIFACT_CONFIG,
-                scifact,
-                ["ict"],
-                runs,
-                root,
-                extra.get("scifact", []),
-                n,
-                limit,
+                "scifact", SCIFACT_CONFIG, scifact, runs, root, extra.get("scifact", []), n,
+                seeded, limit,
             ),
             "chunking": corpus(
-                "chunking",
-                CHUNKING_CONFIG,
-                chunking,
-                ["ict", "headings"],
-                runs,
-                root,
-                extra.get("chunking", []),
-                n,
-                limit,
+                "chunking", CHUNKING_CONFIG, chunking, runs, root, extra.get("chunking", []), n,
+                seeded, limit,
             ),
         },
-    }
+    }  # fmt: skip
+    found["ceiling"] = ceiling(runs, root, scifact, extra.get("scifact", []), n, limit)
+    found["llm"] = llm_floor(runs, root, scifact, extra.get("scifact", []), llm_n, limit)
+    scifact_root = runs / "agreement-scifact"
+    found["judged"] = bench_judged.measure(
+        scifact_root / "real",
+        scifact_root / "seed-0",
+        found["corpora"]["scifact"]["metrics"][0],
+        ks=tuple(judged_ks),
+    )
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=200, help="queries per generated set")
+    parser.add_argument("--n", type=int, default=300, help="queries per generated set")
+    parser.add_argument("--seeds", type=int, default=5, help="generated sets per corpus")
+    parser.add_argument("--llm-n", type=int, default=100, help="questions of the llm set")
     parser.add_argument("--limit-queries", type=int, default=None)
     parser.add_argument("--runs", type=Path, default=RUNS)
     parser.add_argument("--cache", type=Path, default=None)
     args = parser.parse_args(argv)
-    found = measure(args.runs, args.cache, n=args.n, limit=args.limit_queries)
+    found = measure(
+        args.runs,
+        args.cache,
+        n=args.n,
+        seeds=args.seeds,
+        limit=args.limit_queries,
+        llm_n=args.llm_n,
+    )
     print(json.dumps(found, indent=2, default=str))
     return 0
 

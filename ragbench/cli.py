@@ -235,6 +235,30 @@ def _cmd_datasets_agreement(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_datasets_judge(args: argparse.Namespace) -> int:
+    from ragbench.report.judged import JUDGED_SPLIT, JudgingSession, judged_agreement
+
+    session = JudgingSession(args.set, args.run, n=args.queries, k=args.depth, seed=args.seed)
+    out = sys.stdout
+    out.write(session.start())
+    while not session.done:
+        out.flush()
+        line = sys.stdin.readline()
+        if line and not sys.stdin.isatty():  # piped answers: shown, so the output reads
+            out.write(line if line.endswith("\n") else line + "\n")
+        out.write(session.answer(line) if line else "\n" + session.quit())
+    for run in args.run if args.agreement else ():
+        found = judged_agreement(
+            args.set, run, metric=args.metric, n_resamples=args.resamples, seed=args.seed
+        )
+        out.write(
+            f"\nAgreement of {run} with the judged queries (real: split {JUDGED_SPLIT!r} of "
+            f"{args.set}; synthetic: the generated labels the run evaluated)\n\n"
+            f"{found.to_markdown()}\n"
+        )
+    return 0
+
+
 # ---------------------------------------------------------------- run, cache
 
 
@@ -319,6 +343,49 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if failed:
         print(f"{failed} trial(s) failed; see {result.path / 'trials.parquet'}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _cmd_optimize(args: argparse.Namespace) -> int:
+    from ragbench.optimize import optimize
+    from ragbench.report.markdown import confidence_line, labels_line, recommendation_line
+    from ragbench.report.tables import trial_table
+
+    for flag, value, low in (("--n", args.n, 1), ("--seed", args.seed, 0)):
+        if value < low:
+            raise ConfigError(f"{flag}: expected an integer >= {low}, got {value}")
+    done = optimize(args.docs, args.out, n=args.n, seed=args.seed)
+    made = done.generation
+    how = "reused" if made is None else f"generated from {made.documents:,} documents"
+    print(f"labels:        {done.labels} ({done.queries:,} queries, {how})")
+    _print_frame(trial_table(done.run.trials, done.run.metrics))
+    print(f"\nrun directory: {done.run.path}\nreport:        {done.files['html']}\n")
+    lines = [recommendation_line(done.report), confidence_line(done.report)]
+    for line in [*lines, *labels_line(done.report)]:
+        print(line.removeprefix("- ").replace("**", "").replace("`", ""))
+    print(f"\ndeploy:        {done.deploy_command(args.collection)}")
+    return 0
+
+
+def _add_optimize(sub: argparse._SubParsersAction) -> None:
+    optimize = sub.add_parser(
+        "optimize",
+        help="generate labels for a folder of documents, sweep the usual configurations, "
+        "recommend one",
+        description="Generate labels from DOCS (offline, cached), run the default sweep on them "
+        "(BM25 at four settings, dense MiniLM, hybrid RRF and convex fusion, on two chunkings), "
+        "write the report and print the recommendation, how sure it is and the command that "
+        "deploys it. A second call reuses the labels and the cached stages.",
+    )
+    optimize.add_argument("docs", help="folder (or file) of your documents")
+    optimize.add_argument(
+        "--out", help="folder for the labels and the run (default: runs/optimize-<DOCS name>)"
+    )
+    optimize.add_argument("--n", type=int, default=300, help="queries to generate (default 300)")
+    optimize.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    optimize.add_argument(
+        "--collection", default="default", help="collection name in the deploy command"
+    )
+    optimize.set_defaults(func=_cmd_optimize)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -814,6 +881,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_eval(sub)
     _add_collections(sub)
     _add_run(sub)
+    _add_optimize(sub)
     _add_export(sub)
     return parser
 
@@ -866,6 +934,7 @@ def _add_datasets(sub: argparse._SubParsersAction) -> None:
     ragas.set_defaults(func=_cmd_datasets_import_ragas)
     _add_generate(commands)
     _add_agreement(commands)
+    _add_judge(commands)
 
 
 def _add_generate(commands: argparse._SubParsersAction) -> None:
@@ -1003,6 +1072,49 @@ def _add_agreement(commands: argparse._SubParsersAction) -> None:
     )
     agreement.add_argument("--seed", type=int, default=0, help="seed of the resamples")
     agreement.set_defaults(func=_cmd_datasets_agreement)
+
+
+def _add_judge(commands: argparse._SubParsersAction) -> None:
+    judge = commands.add_parser(
+        "judge",
+        help="judge a generated set's queries by hand in the terminal (split judged)",
+        description="Sample --queries queries (seeded) of the split the runs evaluated, pool "
+        "the top --depth documents of every finished trial of the runs for each, and ask for a "
+        "grade per document (0 not relevant, 1 partly, 2 relevant; s skips the query, b goes "
+        "back, q saves and quits), one answer a line on stdin. Each query's grades are written "
+        "to SET's queries.jsonl as a new line <id>~judged of split 'judged' when its last "
+        "document is graded; queries judged before are passed over, so a session resumes. "
+        "Evaluate them over the same corpus and cuts: ragbench run CONFIG --dataset SET --set "
+        "dataset.split=judged. --agreement then runs each run's sweep on the judged split "
+        "(into <run>-judged) and prints how alike it ranks the trials (Kendall tau-b with its "
+        "95%% bootstrap interval).",
+    )
+    judge.add_argument("set", help="the generated set (or a plain folder with queries.jsonl)")
+    judge.add_argument(
+        "--run",
+        action="append",
+        required=True,
+        metavar="RUN",
+        help="a run directory of a sweep on SET (repeat for several)",
+    )
+    judge.add_argument("--queries", type=int, default=20, metavar="N", help="(default: 20)")
+    judge.add_argument(
+        "--depth", type=int, default=5, metavar="K", help="documents per trial (default: 5)"
+    )
+    judge.add_argument("--seed", type=int, default=0, metavar="S", help="sampling seed")
+    judge.add_argument(
+        "--agreement",
+        action="store_true",
+        help="after judging, the agreement of each run with the judged queries",
+    )
+    judge.add_argument("--metric", help="--agreement: metric to rank by (default: the run's first)")
+    judge.add_argument(
+        "--resamples",
+        type=_relevance_level,  # an integer >= 1
+        default=1000,
+        help="--agreement: bootstrap resamples of each side's queries (default: 1000)",
+    )
+    judge.set_defaults(func=_cmd_datasets_judge)
 
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:

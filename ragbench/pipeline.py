@@ -38,6 +38,8 @@ from filelock import FileLock
 
 from ragbench import telemetry
 from ragbench.data import load_dataset
+from ragbench.data.labeled import corpus_fingerprint
+from ragbench.data.spans import is_spans, whole_documents
 from ragbench.endpoints import describe_endpoints
 from ragbench.errors import ConfigError, DataError
 from ragbench.experiment.config import Trial, trial_of
@@ -243,7 +245,9 @@ class RAGPipeline:
 
         Its indexes come from the stage cache the run used (built there when missing), so the
         pipeline returns the rankings the run scored. ``trial_id`` may be ``best`` (the best
-        finished trial on the run's first metric).
+        finished trial on the run's first metric). A generated set's cuts (its queries'
+        sentences, taken out to evaluate) are no part of a deployed corpus: its documents are
+        indexed whole, and only their changed chunks are embedded anew.
         """
         store = RunStore(run)
         manifest = store.manifest()
@@ -253,21 +257,23 @@ class RAGPipeline:
         labeled = load_dataset(
             dataset["path"], format=fmt, split=dataset["split"], queries=dataset.get("queries")
         )
+        whole = whole_documents(dataset["path"]) if is_spans(Path(dataset["path"])) else None
+        documents = labeled.documents if whole is None else whole
         pipeline = cls(trial)
         cache = StageCache(Path(manifest["cache_root"]))
         if pipeline.env.llm_cache is not None:  # the run's LLM calls answer the pipeline's
             pipeline.env.llm_cache = LLMCache(manifest["cache_root"])
-        env = dataclasses.replace(pipeline.env, corpus=labeled.documents)
+        env = dataclasses.replace(pipeline.env, corpus=documents)
         env.embeddings = cache.embeddings
-        sources = {"corpus": labeled.corpus_fingerprint}
+        sources = {"corpus": corpus_fingerprint(documents)}
         plan = compile_plan(trial.configs, 1, sources)
         built = Execution(plan, env, cache)
         for stage in plan.index_stages():
             if stage.name in pipeline._kept():
                 pipeline._live[stage.name] = built[stage.name]
         if pipeline._corpus is not None:
-            pipeline._corpus = {d.id: d for d in labeled.documents}
-        pipeline._docs = pipeline._bookkeeping(labeled.documents)
+            pipeline._corpus = {d.id: d for d in documents}
+        pipeline._docs = pipeline._bookkeeping(documents)
         return pipeline
 
     # ------------------------------------------------------------ plan and resources

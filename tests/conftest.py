@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.llama_server import LlamaServer, llama_server, unavailable
+from ragbench.llm.local import LlamaServer, llama_server, unavailable
 
 
 @pytest.fixture(scope="session")

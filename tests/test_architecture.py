@@ -28,6 +28,7 @@ LAYERS = {
     "report": 5,
     "pipeline": 5,
     "service": 5,
+    "optimize": 5,
     "cli": 6,
 }
 

@@ -118,3 +118,12 @@ def test_bad_input_is_refused() -> None:
         best_probabilities(np.zeros((0, 2)), True)
     with pytest.raises(ValueError, match="mass"):
         pick_confidence(pd.DataFrame({"a": [1.0, 0.0]}), "ndcg@10", mass=0.0)
+
+
+def test_a_line_names_three_leaders_and_counts_the_rest() -> None:
+    values = pd.DataFrame(np.tile([0.5, 0.7, 0.9], (5, 1)).T, columns=list("abcde"))
+    found = pick_confidence(values, "ndcg@10", n_resamples=100)
+    assert len(found.leaders) == 5  # five identical trials: 20% each
+    assert found.line().startswith(
+        "cannot separate a (20%) from b (20%), c (20%) and 2 others (40%)"
+    )

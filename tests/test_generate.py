@@ -23,6 +23,7 @@ from ragbench.data.generate import (
 from ragbench.data.spans import load_spans
 from ragbench.data.validate import validate_dataset
 from ragbench.experiment.runner import run
+from ragbench.pipeline import RAGPipeline
 from ragbench.testing import ScriptedLLMServer
 from tests.paths import CHUNKING_EVAL, DEMO, SCIFACT, require
 
@@ -288,6 +289,18 @@ def test_the_demo_corpus_gives_a_valid_set_that_runs_in_a_sweep(
     }
     result = run(config, tmp_path / "run", cache_root=tmp_path / "cache", progress=False)
     assert len(result.trials) == 2 and set(result.trials["status"]) == {"ok"}
+    # deployed, a trial indexes the documents whole: the cut sentences are back
+    deployed = RAGPipeline.from_trial(result.path, "best")
+    for query in data.queries:
+        cut = query.metadata["cut"]
+        source = (out / "corpus" / cut["doc_id"]).read_text(encoding="utf-8")
+        indexed = [" "] * len(source)  # the document as its deployed chunks cover it
+        for chunk in deployed.chunks.values():
+            if chunk.doc_id == cut["doc_id"]:
+                indexed[chunk.start : chunk.end] = chunk.text
+        assert "".join(indexed)[cut["start"] : cut["end"]] == source[cut["start"] : cut["end"]]
+        taken = source[cut["start"] : cut["end"]].strip()
+        assert method == "headings" or taken not in data.doc_index[cut["doc_id"]].text
     # the queries' sentences are cut out of the corpus: found by their context, not verbatim
     assert 0.2 < result.trials["ndcg@10"].max() < 0.9
 

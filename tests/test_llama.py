@@ -1,5 +1,5 @@
 """ragbench against a real model: llama.cpp's OpenAI-compatible server with SmolLM2-135M-Instruct
-(``tests/llama_server.py``), over real HTTP, nothing mocked.
+(``ragbench.llm.local``), over real HTTP, nothing mocked.
 
 At 135M parameters what the model says is near noise, so these tests check the shape of its
 replies and how ragbench handles them — structured output, replies that do not parse, tokens,
@@ -26,8 +26,8 @@ from ragbench.evaluate.answers import AnswerSample, evaluate_answers
 from ragbench.experiment.runner import run
 from ragbench.llm.cache import LLMCache
 from ragbench.llm.client import LLMClient, LLMConfig
+from ragbench.llm.local import LlamaServer
 from ragbench.testing import ScriptedLLMServer
-from tests.llama_server import LlamaServer
 
 pytestmark = pytest.mark.xdist_group("llama")
 slow = pytest.mark.slow

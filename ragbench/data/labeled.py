@@ -17,7 +17,7 @@ from functools import cached_property
 
 from ragbench.types import Document, Query
 
-__all__ = ["Evidence", "LabeledSet", "Qrels"]
+__all__ = ["Evidence", "LabeledSet", "Qrels", "corpus_fingerprint"]
 
 Qrels = dict[str, dict[str, int]]
 
@@ -87,12 +87,7 @@ class LabeledSet:
     @cached_property
     def corpus_fingerprint(self) -> str:
         """SHA-256 over the documents alone: keys chunks and embeddings shared across splits."""
-        h = hashlib.sha256()
-        for d in sorted(self.documents, key=lambda d: d.id):
-            for part in (d.id, d.text):
-                h.update(part.encode("utf-8", "surrogatepass"))
-                h.update(b"\x1f")
-        return h.hexdigest()
+        return corpus_fingerprint(self.documents)
 
     @property
     def has_spans(self) -> bool:
@@ -137,3 +132,14 @@ class LabeledSet:
             f"queries={len(self.queries)}, judgements={sum(map(len, self.qrels.values()))}, "
             f"spans={sum(map(len, self.evidence.values()))}, answers={len(self.answers)})"
         )
+
+
+def corpus_fingerprint(documents: Iterable[Document]) -> str:
+    """SHA-256 over documents' ids and texts (order-independent): the ``corpus`` source key of
+    a plan."""
+    h = hashlib.sha256()
+    for d in sorted(documents, key=lambda d: d.id):
+        for part in (d.id, d.text):
+            h.update(part.encode("utf-8", "surrogatepass"))
+            h.update(b"\x1f")
+    return h.hexdigest()

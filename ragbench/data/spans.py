@@ -66,6 +66,7 @@ __all__ = [
     "load_spans",
     "read_corpus",
     "read_queries",
+    "whole_documents",
     "write_spans",
 ]
 
@@ -99,6 +100,15 @@ def load_spans(path: StrPath, split: str = "test") -> LabeledSet:
     log = ProblemLog(strict=True)
     documents, judged = _read(root, log)
     return labeled_set(root, documents, judged, root / "queries.jsonl", split, log)
+
+
+def whole_documents(path: StrPath) -> list[Document] | None:
+    """The documents of the span-labeled set at ``path`` without its cuts (as a deployed
+    pipeline should index them), or None when the set cuts nothing."""
+    root = Path(path)
+    if not (root / CUTS_FILE).is_file():
+        return None
+    return read_corpus(root / "corpus", ProblemLog(strict=True))
 
 
 def check_spans(path: StrPath) -> list[Problem]:

@@ -36,6 +36,10 @@ __all__ = [
 ]
 
 
+SHOWN = 3
+"""Leaders a line names; the rest are counted."""
+
+
 @dataclass(frozen=True)
 class PickConfidence:
     """The bootstrap probability that each trial is the best on ``metric``.
@@ -69,7 +73,10 @@ class PickConfidence:
         leaders = self.leaders
         if len(leaders) == 1:
             return f"{show(leaders[0])}: best in {percent(self.p_best[leaders[0]])} of {sample}"
-        shown = [f"{show(t)} ({percent(self.p_best[t])})" for t in leaders]
+        shown = [f"{show(t)} ({percent(self.p_best[t])})" for t in leaders[:SHOWN]]
+        if len(leaders) > SHOWN:
+            rest = float(self.p_best[leaders[SHOWN:]].sum())
+            shown.append(f"{len(leaders) - SHOWN} others ({percent(rest)})")
         return f"cannot separate {shown[0]} from {joined(shown[1:])} in {sample}"
 
 

@@ -12,8 +12,12 @@ a temporary file that is read back with the set's own reader (so ``ragbench data
 validate`` accepts it) and then renamed over the original, under a lock. A document that is
 one of the query's evidence documents keeps the grade its evidence gives.
 
+``record_grades`` writes several grades of a query at once (a new line may name its split).
+
 ``Judge`` puts both together for one labeled set and its runs; ``JudgingWidget`` shows it in a
 notebook (``ipywidgets``): a query's pooled hits with a button per grade, and previous / next.
+``ragbench.report.judged`` judges a generated set's own queries in a terminal, into a split of
+their own.
 
 A trial's documents come from ``runs/<trial>.trec`` when the run was evaluated at the document
 level (its ranking to the evaluation depth), else from ``runs/<trial>.top.parquet`` (the
@@ -28,7 +32,7 @@ import html
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -264,27 +268,50 @@ class QueriesFile:
     def record(self, query_id: str, doc_id: str, grade: int, text: str | None = None) -> None:
         """Record ``doc_id``'s ``grade`` for ``query_id``: merged into its line, or appended as
         a new line (``text`` is then the query) when the file has no such query."""
-        if grade not in GRADES:
-            named = ", ".join(f"{g} ({name})" for g, name in GRADES.items())
-            raise ConfigError(f"grade {grade!r}: expected one of {named}")
-        if doc_id not in self.doc_index:
-            raise DataError(f"{self.path}: document {doc_id!r} is not in the set's corpus")
+        self.record_grades(query_id, {doc_id: grade}, text)
+
+    def record_grades(
+        self,
+        query_id: str,
+        grades: Mapping[str, int],
+        text: str | None = None,
+        split: str | None = None,
+    ) -> None:
+        """Record the ``grades`` (document → grade) of ``query_id`` in one write: merged into
+        its line, or appended as a new line — ``text`` its query, ``split`` its split (when
+        not the default) — when the file has no such query; one write, so a query is never
+        left half-judged in the file."""
+        if not grades:
+            raise ConfigError(f"query {query_id!r}: no grade to record")
+        for doc_id, grade in grades.items():
+            if grade not in GRADES:
+                named = ", ".join(f"{g} ({name})" for g, name in GRADES.items())
+                raise ConfigError(f"grade {grade!r}: expected one of {named}")
+            if doc_id not in self.doc_index:
+                raise DataError(f"{self.path}: document {doc_id!r} is not in the set's corpus")
         try:
             with self._lock.acquire(timeout=60):
-                self._record(query_id, doc_id, grade, text)
+                self._record(query_id, dict(grades), text, split)
         except Timeout:
             raise RagbenchError(
                 f"{self.path}: another process has been recording judgements for a minute "
                 f"(lock {self._lock.lock_file})"
             ) from None
 
-    def _record(self, query_id: str, doc_id: str, grade: int, text: str | None) -> None:
+    def _record(
+        self, query_id: str, grades: dict[str, int], text: str | None, split: str | None
+    ) -> None:
         judged = self.read().get(query_id)
         evidence = {e.doc_id: e.grade for e in judged.evidence} if judged is not None else {}
-        if doc_id in evidence:
+        for doc_id in grades:
+            if doc_id in evidence:
+                raise DataError(
+                    f"{self.path}: query {query_id!r}: {doc_id!r} is graded {evidence[doc_id]} "
+                    "by the query's evidence (edit the evidence to change it)"
+                )
+        if judged is not None and split is not None and judged.split != split:
             raise DataError(
-                f"{self.path}: query {query_id!r}: {doc_id!r} is graded {evidence[doc_id]} by "
-                "the query's evidence (edit the evidence to change it)"
+                f"{self.path}: query {query_id!r} is of split {judged.split!r}, not {split!r}"
             )
         lines = self.path.read_bytes().decode("utf-8").split("\n")  # line ends kept
         number = self._line(query_id)
@@ -292,14 +319,15 @@ class QueriesFile:
             line = lines[number - 1]
             bom = "\ufeff" if line.startswith("\ufeff") else ""
             end = "\r" if line.endswith("\r") else ""
-            merged = _merged(json.loads(line.lstrip("\ufeff")), doc_id, grade, evidence)
+            merged = _merged(json.loads(line.lstrip("\ufeff")), grades, evidence)
             lines[number - 1] = bom + json.dumps(merged, ensure_ascii=False) + end
         elif text is None:
             raise DataError(f"{self.path}: no query {query_id!r} (give its text to add it)")
         else:
             if lines[-1]:
                 lines.append("")
-            record = {"id": query_id, "query": text, "relevant": {doc_id: grade}}
+            placed = {"split": split} if split is not None else {}
+            record = {"id": query_id, "query": text, **placed, "relevant": grades}
             lines[-1:] = [json.dumps(record, ensure_ascii=False), ""]
         self._replace("\n".join(lines))
 
@@ -332,15 +360,16 @@ class QueriesFile:
 
 
 def _merged(
-    record: dict[str, Any], doc_id: str, grade: int, evidence: dict[str, int]
+    record: dict[str, Any], grades: dict[str, int], evidence: dict[str, int]
 ) -> dict[str, Any]:
-    """``record`` with ``doc_id`` judged ``grade`` under its ``qrels`` (when it uses that
-    spelling) or ``relevant`` (a list becomes an object of grade 1, without evidence ids)."""
+    """``record`` with the documents of ``grades`` judged under its ``qrels`` (when it uses
+    that spelling) or ``relevant`` (a list becomes an object of grade 1, without evidence
+    ids)."""
     key = "qrels" if record.get("qrels") is not None else "relevant"
     current = record.get(key) or {}
     if isinstance(current, list):
         current = {d: 1 for d in current if d not in evidence}
-    return {**record, key: {**current, doc_id: grade}}
+    return {**record, key: {**current, **grades}}
 
 
 # ---------------------------------------------------------------- both, and a widget

@@ -52,14 +52,13 @@ from pydantic import ValidationError
 from ragbench.data.catalog import FORMATS, load_dataset, resolve_dataset
 from ragbench.data.cuts import Cuts, widen
 from ragbench.data.generate.base import (
-    COPY_WORDS,
     Draft,
     Generation,
     Method,
     Span,
     check_option,
+    copies,
     folded,
-    word_count,
 )
 from ragbench.data.generate.llm import LLMMethod, copy_share, locate_excerpt, near_duplicates
 from ragbench.data.generate.offline import GENERIC_HEADINGS, HeadingsMethod, IctMethod
@@ -271,11 +270,12 @@ def _held_out(
     drafts: Sequence[Draft], docs: Mapping[str, Document], dropped: Counter[str]
 ) -> tuple[list[Draft], dict[str, Cuts]]:
     """The drafts kept once each draft's ``cut`` is taken out of its document, and the cuts per
-    document: a draft made of a document's text (one with a cut) of ``COPY_WORDS`` words or
-    more whose text still occurs in a document (its own: ``still in its document``; another:
-    ``in another document``) is counted in ``dropped`` and left out, its cut with it. (An LLM's
-    questions are no document's text; ``max_overlap`` bounds how much of it they copy.)"""
+    document: a draft made of a document's text (one with a cut) that exact match could still
+    find (``copies``) in a document (its own: ``still in its document``; another: ``in another
+    document``) is counted in ``dropped`` and left out, its cut with it. (An LLM's questions are
+    no document's text; ``max_overlap`` bounds how much of it they copy.)"""
     kept = list(drafts)
+    originals = {doc_id: doc.text for doc_id, doc in docs.items()}
     while True:
         cuts = _cuts(kept, docs)
         texts = {
@@ -285,10 +285,11 @@ def _held_out(
         everything = "\0".join(texts.values())
         found: list[str | None] = []
         for draft in kept:
-            query = folded(draft.text)
-            if draft.cut is None or word_count(query) < COPY_WORDS or query not in everything:
+            left = {text for text in copies(draft, originals) if text in everything}
+            own = {doc_id for doc_id, _, _ in (*draft.evidence, *draft.sources)}
+            if not left:
                 found.append(None)
-            elif any(query in texts[doc_id] for doc_id, _, _ in (*draft.evidence, *draft.sources)):
+            elif any(text in texts[doc_id] for text in left for doc_id in own):
                 found.append("still in its document")
             else:
                 found.append("in another document")

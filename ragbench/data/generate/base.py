@@ -36,6 +36,7 @@ __all__ = [
     "Sentence",
     "Span",
     "check_option",
+    "copies",
     "document_sections",
     "folded",
     "plain",
@@ -107,6 +108,17 @@ Shorter queries (a heading's topic words) are what relevant documents are expect
 def folded(text: str) -> str:
     """``text`` casefolded, each run of whitespace one space: how verbatim copies are found."""
     return " ".join(text.casefold().split())
+
+
+def copies(draft: Draft, texts: Mapping[str, str]) -> set[str]:
+    """What exact match would find ``draft`` by, folded: its query and the text it was cut
+    from (markup the query drops may differ between the two), those of ``COPY_WORDS`` words or
+    more; nothing for a draft that was cut from no document."""
+    if draft.cut is None:
+        return set()
+    doc_id, start, end = draft.cut
+    found = {folded(draft.text), folded(texts[doc_id][start:end])}
+    return {text for text in found if word_count(text) >= COPY_WORDS}
 
 
 def word_count(text: str) -> int:

@@ -12,13 +12,13 @@ from functools import partial
 from typing import Any, ClassVar
 
 from ragbench.data.generate.base import (
-    COPY_WORDS,
     Draft,
     Generation,
     Section,
     Sentence,
     Span,
     check_option,
+    copies,
     document_sections,
     folded,
     plain,
@@ -50,11 +50,13 @@ def _select(
 ) -> list[Draft]:
     """The first ``n`` drafts of ``stream`` that can be held out of the corpus together. A
     draft is dropped (and counted by reason) when its text was taken already (case and spacing
-    ignored: ``duplicate``), when it occurs more than once in the corpus, so that cutting it
-    out would leave a copy (``repeated in the corpus``), or when its cut would take text out of
+    ignored: ``duplicate``), when it (or the text it was cut from) occurs more than once in
+    the corpus, so that cutting it out would leave a copy (``repeated in the corpus``), or when
+    its cut would take text out of
     an accepted draft's evidence, or an accepted draft's cut out of its own (``overlaps another
     query``)."""
-    corpus = "\0".join(folded(doc.text) for doc in documents)
+    texts = {doc.id: doc.text for doc in documents}
+    corpus = "\0".join(folded(text) for text in texts.values())
     drafts: list[Draft] = []
     seen: set[str] = set()
     for item in stream:
@@ -65,7 +67,7 @@ def _select(
         if key in seen:
             dropped["duplicate"] += 1
             continue
-        if word_count(key) >= COPY_WORDS and corpus.count(key) > 1:
+        if any(corpus.count(copy) > 1 for copy in copies(draft, texts)):
             dropped["repeated in the corpus"] += 1
             continue
         if draft.cut is not None and any(

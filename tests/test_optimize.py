@@ -1,0 +1,82 @@
+"""`ragbench optimize DOCS`: labels generated (and reused), the default sweep, the report, the
+recommendation with its confidence, and a deploy command that works as printed."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from ragbench.cli import main
+from ragbench.optimize import DEFAULT_SWEEP, default_config
+
+TOPICS = {
+    "storage": "segments on disk, compaction of old logs and the retention of records",
+    "network": "listeners, ports, TLS certificates and the connections of clients",
+    "security": "users, access control lists, tokens and the rotation of signing keys",
+    "upgrades": "rolling restarts, protocol versions and the order of broker upgrades",
+    "metrics": "lag gauges, request latency histograms and the alerts built on them",
+    "quotas": "produce and fetch rates, the throttling of clients and quota overrides",
+}
+
+
+def _docs(root: Path) -> Path:
+    """Six Markdown guides of three sections each; every sentence differs (none repeats)."""
+    root.mkdir()
+    for name, about in TOPICS.items():
+        first, *_, last = about.split(", ")
+        sections = [
+            f"## The {part} part\n\nThe {part} part of the {name} guide covers {about}. "
+            f"Operators read the {part} {name} notes before they change {first}. Each {name} "
+            f"setting in the {part} part is explained with its reason and its cost. Mistakes "
+            f"with {last} cause most {part} {name} incidents in production clusters.\n"
+            for part in ("first", "second", "third")
+        ]
+        (root / f"{name}.md").write_text(f"# The {name} guide\n\n" + "\n".join(sections))
+    return root
+
+
+def test_the_default_sweep_covers_the_families() -> None:
+    config = default_config("labels", "optimize-docs")
+    kinds = [r["kind"] for r in DEFAULT_SWEEP["retriever"]]
+    assert kinds == ["bm25", "dense", "hybrid", "hybrid"]
+    assert len(DEFAULT_SWEEP["chunker"]) == 2
+    assert config["evaluation"]["metrics"][0] == "ndcg@10"
+    assert config["sweep"]["embedder"][0]["model"] == "all-MiniLM-L6-v2"
+
+
+@pytest.mark.slow
+def test_optimize_recommends_with_confidence_and_the_deploy_command_works(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    argv = ["optimize", str(_docs(tmp_path / "docs")), "--out", "out", "--n", "24"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "queries, generated from 6 documents" in printed
+    assert "Recommendation: best overall" in printed
+    assert "Confidence in the pick (ndcg@10): " in printed and "resamples of the 24" in printed
+    assert "Labels: generated (ict), 24 queries" in printed
+    assert (tmp_path / "out" / "run" / "report.html").is_file()
+    deploy = printed.rsplit("deploy:", 1)[1].strip()
+    assert deploy.startswith("ragbench ingest --from-run ")
+
+    # the printed command builds a collection that answers searches
+    assert main([*shlex.split(deploy)[1:], "--db", str(tmp_path / "db")]) == 0
+    assert main(["search", "rotation of signing keys", "--db", str(tmp_path / "db")]) == 0
+    assert "security.md" in capsys.readouterr().out
+
+    # a second call reuses the labels (same documents, same settings)
+    assert main(argv) == 0
+    assert "24 queries, reused" in capsys.readouterr().out
+    assert len(list((tmp_path / "out").glob("labels-*"))) == 1
+
+
+def test_bad_arguments_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["optimize", str(tmp_path / "nowhere")]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
+    assert main(["optimize", str(tmp_path), "--n", "0"]) == 2
+    assert "--n: expected an integer >= 1, got 0" in capsys.readouterr().err
