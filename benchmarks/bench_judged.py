@@ -22,7 +22,8 @@ better than chance, as the sample sees it).
 
 ``python -m benchmarks.bench_judged [--real DIR] [--synthetic DIR] [--metric M]
 [--ks 20 50 100] [--repetitions 200] [--seed 0]`` prints the figures as JSON (defaults: the
-SciFact runs under runs/research/scifact: ``real`` and the generated set ``v1s0``).
+SciFact runs of the agreement benchmark, runs/bench/agreement-scifact: ``real`` and the
+generated set ``seed-0``; ``python -m benchmarks --full --only agreement`` makes them).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from ragbench.experiment.store import RunStore
 from ragbench.report.agreement import _per_query, _tau_b, agreement
 
 REPO = Path(__file__).resolve().parents[1]
-RESEARCH = REPO / "runs" / "research" / "scifact"
+AGREEMENT_RUNS = REPO / "runs" / "bench" / "agreement-scifact"
 N_RESAMPLES = 1000  # bootstrap resamples per interval, as the command's default
 INTERVAL = (
     "95% percentile bootstrap of tau-b, 1000 resamples, both sides resampled (the k judged "
@@ -128,8 +129,8 @@ def measure(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--real", type=Path, default=RESEARCH / "real")
-    parser.add_argument("--synthetic", type=Path, default=RESEARCH / "v1s0")
+    parser.add_argument("--real", type=Path, default=AGREEMENT_RUNS / "real")
+    parser.add_argument("--synthetic", type=Path, default=AGREEMENT_RUNS / "seed-0")
     parser.add_argument("--metric", default="ndcg@10")
     parser.add_argument("--ks", type=int, nargs="+", default=[20, 50, 100])
     parser.add_argument("--repetitions", type=int, default=200)

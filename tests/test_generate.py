@@ -157,15 +157,19 @@ def test_ict_on_a_hand_checkable_document(tmp_path: Path) -> None:
 
 
 def test_ict_skips_code_numbers_and_sentences_that_refer_back(tmp_path: Path) -> None:
-    """What a query may not be, and the flags that allow it."""
+    """What a query may not be (code-like, with digits, opening by referring back, ending by
+    pointing ahead, inside an HTML comment), and the flags that allow some."""
     text = (
         "Brokers replicate every partition across the cluster nodes. "
         "However, replicas can lag behind the leader for a while. "
         "The cluster keeps 3 replicas of every partition by default. "
         "Set replica_lag_max = value(ms) in broker_config to tune it. "
-        "Operators watch the replication lag on the cluster dashboard."
+        "Operators watch the replication lag on the cluster dashboard. "
+        "Admins restart a lagging replica with the following command:\n\n"
+        "<!-- Editors keep this page short and move long examples elsewhere. -->\n\n"
+        "Brokers report the replication lag of every partition they lead."
     )
-    corpus = _corpus(tmp_path / "docs", {"a.txt": text})
+    corpus = _corpus(tmp_path / "docs", {"a.md": text})
 
     def kept(**options: Any) -> set[str]:
         out = tmp_path / f"set{len(list(tmp_path.iterdir()))}"
@@ -176,7 +180,8 @@ def test_ict_skips_code_numbers_and_sentences_that_refer_back(tmp_path: Path) ->
     assert kept() <= {"Brokers", "Operators"}
     assert "However," in kept(keep_references=True) | kept(keep_references=True, window=2)
     assert "The" in kept(keep_numbers=True) | kept(keep_numbers=True, window=2)
-    assert "Set" not in kept(keep_numbers=True, keep_references=True)  # code-like, always
+    everything = kept(keep_numbers=True, keep_references=True)
+    assert not {"Set", "Admins", "Editors"} & everything  # code-like, pointing ahead, a comment
 
 
 def test_a_title_is_a_heading_and_no_query_stays_findable_in_its_document(
@@ -301,8 +306,7 @@ def test_the_demo_corpus_gives_a_valid_set_that_runs_in_a_sweep(
         assert "".join(indexed)[cut["start"] : cut["end"]] == source[cut["start"] : cut["end"]]
         taken = source[cut["start"] : cut["end"]].strip()
         assert method == "headings" or taken not in data.doc_index[cut["doc_id"]].text
-    # the queries' sentences are cut out of the corpus: found by their context, not verbatim
-    assert 0.2 < result.trials["ndcg@10"].max() < 0.9
+    assert result.trials["ndcg@10"].max() > 0.2
 
 
 @pytest.mark.parametrize("dataset", [SCIFACT, CHUNKING_EVAL], ids=["beir", "chunking_evaluation"])

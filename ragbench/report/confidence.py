@@ -75,8 +75,8 @@ class PickConfidence:
             return f"{show(leaders[0])}: best in {percent(self.p_best[leaders[0]])} of {sample}"
         shown = [f"{show(t)} ({percent(self.p_best[t])})" for t in leaders[:SHOWN]]
         if len(leaders) > SHOWN:
-            rest = float(self.p_best[leaders[SHOWN:]].sum())
-            shown.append(f"{len(leaders) - SHOWN} others ({percent(rest)})")
+            rest, more = float(self.p_best[leaders[SHOWN:]].sum()), len(leaders) - SHOWN
+            shown.append(f"{more} other{'s' if more > 1 else ''} ({percent(rest)})")
         return f"cannot separate {shown[0]} from {joined(shown[1:])} in {sample}"
 
 

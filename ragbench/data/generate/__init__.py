@@ -14,9 +14,11 @@ small ``n`` spreads over many documents and, within one, over its sections.
 
 Methods:
 
-- ``ict`` (``IctMethod``, offline): the inverse cloze task. A prose sentence (not a heading,
-  code or table row) of at least ``min_words`` words is the query; the ``window`` sentences
-  before and after it are its evidence, without the sentence itself (two spans).
+- ``ict`` (``IctMethod``, offline, the default): the inverse cloze task. A prose sentence (not
+  a heading, code, a table row, a code-like line, a sentence with digits or one that opens by
+  referring back) of at least ``min_words`` words is the query; its document is relevant, and
+  the ``window`` sentences before and after it that share ``evidence_terms`` terms with it are
+  its span evidence.
 - ``headings`` (``HeadingsMethod``, offline; Markdown and HTML): a heading is the query, its
   section's body the evidence; empty and generic headings ("Overview", "Examples", ...) and
   sections of fewer than ``min_words`` words are skipped.
@@ -25,17 +27,21 @@ Methods:
   whitespace-normalised, then fuzzy), near-duplicate questions are removed, and K questions can
   span two documents (``multi_hop``). See ``ragbench.data.generate.llm``.
 
-Both offline methods are **biased toward lexical matching**: their queries are the documents'
-own words (a sentence, a heading), which BM25 finds more easily than real questions would be
-found. They give a quick, free set for smoke tests and relative comparisons among lexical
-setups; they overrate BM25 against dense retrievers. Use ``llm`` (or real questions) to compare
-the two.
+**Held out.** The offline methods' queries are the documents' own words, which exact matching
+would find trivially; so the text a query was taken from is cut out of the corpus the set is
+evaluated on (``cuts.jsonl``, applied on load, ``ragbench.data.cuts``; the copied files stay as
+they were), and evidence offsets refer to the cut text. A query of ``COPY_WORDS`` words or more
+whose text (or the text it was cut from) would still be found verbatim somewhere — a sentence
+repeated in the corpus — is dropped, and so is one whose cut would take text out of another
+query's evidence. How well the result ranks configurations like real labels is measured in
+``benchmarks/RESULTS.md``.
 
 Every query records, in its ``metadata``: ``method``, ``sources`` (the passages it was made from,
-``doc_id``/``start``/``end``), the method's details (the ICT sentence, a heading's level, how
-each LLM excerpt was matched) and ``generator`` (method, n, seed and the method's settings:
-window, model, prompt version, ...). Its ``type`` is the method (``multi_hop`` for questions
-over two documents).
+``doc_id``/``start``/``end`` in the documents as cut), ``cut`` (the range taken out, in the
+document as stored), the method's details (a heading's level, how each LLM excerpt was matched)
+and ``generator`` (method, n, seed and the method's settings: window, evidence terms, filters,
+model, prompt version, ...). Its ``type`` is the method (``multi_hop`` for questions over two
+documents).
 """
 
 from __future__ import annotations
@@ -223,8 +229,6 @@ def generate(
     if not generation.candidates:
         skipped = f" (skipped: {_counts(generation.skipped)})" if generation.skipped else ""
         raise DataError(f"{corpus}: no {chosen.candidate}{skipped}")
-    if not generation.drafts:
-        raise RagbenchError(f"{corpus}: no query was kept (dropped: {_counts(generation.dropped)})")
     generator = {"method": chosen.name, "n": n, "seed": seed, **chosen.settings()}
     docs = {doc.id: doc for doc in documents}
     drafts, cuts = _held_out(generation.drafts, docs, generation.dropped)

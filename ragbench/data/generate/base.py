@@ -8,8 +8,8 @@ any other document is one section. A document whose text opens with its title
 (``metadata["title"]``, as a BEIR document's ``title + " " + text``) has the title as its first
 heading, so no sentence joins the title to the text. A section's body runs from the end of its
 heading line to the next heading of any level. Sentences come from ``split_sentences``; each
-is ``prose``, ``code`` (inside a fenced block) or ``table`` (a Markdown table row). Heading lines
-belong to no body.
+is ``prose``, ``code`` (inside a fenced block or an HTML comment) or ``table`` (a Markdown table
+row). Heading lines belong to no body.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ Span = tuple[str, int, int]
 
 _ATX = re.compile(r"^[ ]{0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _FENCE = re.compile(r"^[ ]{0,3}(```|~~~)")
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 _WORD = re.compile(r"\w*[^\W\d_]\w*")
 _LIST_MARKER = re.compile(r"^(?:>\s*)*(?:[-*+•]|\d{1,9}[.)])\s+")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
@@ -143,7 +144,8 @@ def _lines(text: str) -> Iterator[tuple[int, int, str]]:
 
 
 def _markdown(text: str) -> tuple[list[tuple[int, int, int, str]], list[tuple[int, int]]]:
-    """The ATX headings (start, end, level, title) and fenced code blocks (start, end)."""
+    """The ATX headings (start, end, level, title) and the fenced code blocks and HTML
+    comments (start, end)."""
     headings: list[tuple[int, int, int, str]] = []
     fences: list[tuple[int, int]] = []
     fence: str | None = None
@@ -160,6 +162,7 @@ def _markdown(text: str) -> tuple[list[tuple[int, int, int, str]], list[tuple[in
             headings.append((start, end, len(heading.group(1)), heading.group(2) or ""))
     if fence is not None:
         fences.append((opened, len(text)))
+    fences += [m.span() for m in _COMMENT.finditer(text)]  # HTML comments: no prose either
     return headings, fences
 
 

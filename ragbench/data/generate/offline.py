@@ -1,6 +1,7 @@
 """The offline generation methods, no model needed: ``ict`` (inverse cloze task) and
-``headings``. Both make queries out of the documents' own words, so they favour lexical
-retrievers (BM25) over dense ones: use them for a first, cheap set, not to compare the two."""
+``headings``. Both make queries out of the documents' own words; the written set cuts those
+words out of the corpus it is evaluated on (``ragbench.data.cuts``), so a query finds its
+document by its context rather than by exact match."""
 
 from __future__ import annotations
 
@@ -117,7 +118,8 @@ class IctMethod:
     judged at the document level only (span-level runs leave it out).
 
     Skipped as queries: code-like sentences; sentences that open by referring back (``This``,
-    ``However``, ``We``..., unless ``keep_references``), which cannot stand alone; and
+    ``However``, ``We``..., unless ``keep_references``) or end by pointing ahead (a colon before
+    a list or code), which cannot stand alone; and
     sentences with digits (results, measurements, table text; unless ``keep_numbers``), which
     favour exact matching. Both filters raised agreement with real labels on SciFact and on the
     chunking evaluation (benchmarks/RESULTS.md)."""
@@ -157,6 +159,8 @@ class IctMethod:
             return "code-like"
         if not self.keep_references and refers_back(text):
             return "refers back"
+        if text.rstrip().endswith(":"):
+            return "points ahead"  # it introduces a list or code that it is no query without
         if not self.keep_numbers and any(c.isdigit() for c in text):
             return "numbers"
         return None
