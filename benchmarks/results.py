@@ -1479,8 +1479,9 @@ def _ceiling(found: dict[str, Any] | None) -> list[str]:
 def _llm_floor(found: dict[str, Any] | None) -> list[str]:
     if not found:
         return []
-    if "skipped" in found:
-        return [f"**`llm` with a local model**: skipped: {found['skipped']}.", ""]
+    if "skipped" in found or "error" in found:
+        why = found.get("skipped") or f"failed: {found['error']}"
+        return [f"**`llm` with a local model**: {why}.", ""]
     made = found["set"]
     return [
         f"**`llm` with a local model, a floor**: `--method llm` with {found['model']} (135M "

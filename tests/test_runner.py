@@ -1,6 +1,7 @@
 """The sweep runner: run-directory contract, numbers equal trec_eval, cache reuse, resume after
 SIGKILL, failed trials, executors, TPE."""
 
+import io
 import json
 import os
 import signal
@@ -139,7 +140,9 @@ def test_resume_after_sigkill_completes_with_identical_numbers(tmp_path: Path) -
     trials_file = out / "trials.parquet"
     deadline = time.time() + 120
     while time.time() < deadline:
-        if trials_file.exists() and len(pd.read_parquet(trials_file)) >= 2:
+        # one read of the bytes: pyarrow reading by path opens the file twice, and the runner's
+        # atomic replace between the two gives it a size that is not the file's
+        if trials_file.exists() and len(pd.read_parquet(io.BytesIO(trials_file.read_bytes()))) >= 2:
             break
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)

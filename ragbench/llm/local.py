@@ -76,13 +76,14 @@ def _free_port() -> int:
 
 @contextmanager
 def llama_server(
-    log: Path, timeout: float = 120.0, model: Path | None = None
+    log: Path, timeout: float = 120.0, model: Path | None = None, port: int | None = None
 ) -> Iterator[LlamaServer]:
-    """Start ``python -m llama_cpp.server`` with ``model`` (default: SmolLM2) on a free loopback
-    port (one thread for prompts and generation, a 2048-token context), wait until
-    ``/v1/models`` answers, yield it and stop it on exit. Raises ``RuntimeError`` with the log's
-    tail if it does not come up."""
-    port = _free_port()
+    """Start ``python -m llama_cpp.server`` with ``model`` (default: SmolLM2) on loopback
+    ``port`` (default: a free one; a fixed one keeps the URL, and so the LLM cache's keys, the
+    same from one start to the next), one thread for prompts and generation, a 2048-token
+    context; wait until ``/v1/models`` answers, yield it and stop it on exit. Raises
+    ``RuntimeError`` with the log's tail if it does not come up."""
+    port = port or _free_port()
     argv = [
         sys.executable, "-m", "llama_cpp.server",
         "--model", str(model or gguf_path()), "--model_alias", MODEL,
