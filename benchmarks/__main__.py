@@ -255,6 +255,18 @@ def latency(s: Settings) -> dict[str, Any]:
     return bench_latency.measure()
 
 
+def estimate(s: Settings) -> dict[str, Any]:
+    """The dry run's estimate of a cold SciFact sweep against the cold run (``--full``)."""
+    from benchmarks import bench_estimate
+
+    _need(bench_quality.SCIFACT)
+    if not (s.full or s.tiny):
+        raise Skip("runs with --full")
+    if s.tiny:
+        return bench_estimate.measure(s.scifact(), bench_quality.HASHING, TINY_QUERIES)
+    return bench_estimate.measure()
+
+
 def agreement(s: Settings) -> dict[str, Any]:
     """Real labels against generated ones (the default method, five seeds; an LLM's as a floor)
     on SciFact and the chunking evaluation: do they rank one sweep's trials alike? (``--full``)"""
@@ -373,6 +385,7 @@ SECTIONS: list[tuple[str, Callable[[Settings], dict[str, Any]]]] = [
     ("rerank", rerank),
     ("onnx", onnx),
     ("latency", latency),
+    ("estimate", estimate),
     ("agreement", agreement),
     ("serve", serve),
     ("wall", wall),

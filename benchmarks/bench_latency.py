@@ -1,11 +1,16 @@
-"""Latency you can trust: the same dense sweep measured on a quiet machine and under CPU burners.
+"""Latency you can trust: the same sweep measured on a quiet machine and under CPU burners.
 
 The latency pass (``ragbench.experiment.latency``) times a sample of queries one at a time, takes
 out of each repeat the time the thread waited for a CPU, keeps the fastest repeat per query and
 stage, and records how busy the machine was. This
 benchmark measures the same sweep twice in one run — once as the machine is, once with
 ``burners`` processes spinning on every core — and reports, per trial, the p50 total latency of
-both and their difference (target: within 25%).
+both, their ratio (busy / quiet; target: within 25%) and the thread pools each pass ran with.
+
+A first run fills the stage cache; the quiet and the busy run are then each ``ragbench run
+--remeasure-latency`` in a fresh process: their quality pass reads the cache, so the first
+trial's latency pass is what loads the model — the case where its threads were once left
+unpinned (torch on every core, twice the CPU time and 2.9× the latency under burners).
 
 ``python -m benchmarks.bench_latency [--burners N] [--queries N]``; ``measure()`` returns the
 figures as a dict.
@@ -18,14 +23,18 @@ import multiprocessing
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from ragbench.experiment.latency import CONTENTION
 
 EMBEDDER = {"kind": "sentence-transformers", "model": "all-MiniLM-L6-v2"}
 
 
 def sweep_config(dataset: str, embedder: dict[str, Any], queries: int) -> dict[str, Any]:
-    """Dense and hybrid retrieval, with and without a dense rerank, on one chunking."""
+    """Dense, hybrid and BM25 retrieval (dense first), with and without a dense rerank, on one
+    chunking."""
     return {
         "name": "latency",
         "dataset": {"path": dataset},
@@ -34,7 +43,7 @@ def sweep_config(dataset: str, embedder: dict[str, Any], queries: int) -> dict[s
         "sweep": {
             "chunker": [{"kind": "recursive", "size": 400, "overlap": 0}],
             "embedder": [embedder],
-            "retriever": [{"kind": "dense"}, {"kind": "hybrid"}],
+            "retriever": [{"kind": "dense"}, {"kind": "hybrid"}, {"kind": "bm25"}],
             "reranker": [
                 {"kind": "none"},
                 {"kind": "dense", "candidates": 30, "embedder": embedder},
@@ -49,6 +58,23 @@ def _spin(seconds: float) -> None:
         pass
 
 
+def _sweep(config: dict[str, Any], out: Path, cache: Path, remeasure: bool) -> list[dict[str, Any]]:
+    """The sweep's trials.parquet rows, run in this process."""
+    from ragbench.experiment.runner import run
+
+    done = run(config, out, cache_root=cache, progress=False, remeasure_latency=remeasure)
+    return list(done.trials.to_dict("records"))
+
+
+def _fresh(
+    config: dict[str, Any], out: Path, cache: Path, remeasure: bool = True
+) -> list[dict[str, Any]]:
+    """``_sweep`` in a fresh process (nothing imported, no model loaded)."""
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=spawn) as pool:
+        return pool.submit(_sweep, config, out, cache, remeasure).result()
+
+
 def measure(
     dataset: str = "demo",
     burners: int = 2,
@@ -56,15 +82,14 @@ def measure(
     embedder: dict[str, Any] = EMBEDDER,
     work: Path | None = None,
 ) -> dict[str, Any]:
-    """p50 total latency per trial, quiet and under ``burners`` spinning processes."""
-    from ragbench.experiment.runner import run
-
+    """p50 total latency and thread pools per trial, quiet and under ``burners`` spinning
+    processes, each measured in a fresh process over a warm stage cache."""
     if work is None:
         with tempfile.TemporaryDirectory(prefix="ragbench-bench-latency-") as tmp:
             return measure(dataset, burners, queries, embedder, Path(tmp))
-    config = sweep_config(dataset, embedder, queries)
-    cache = work / "cache"
-    quiet = run(config, work / "quiet", cache_root=cache, progress=False, remeasure_latency=True)
+    config, cache = sweep_config(dataset, embedder, queries), work / "cache"
+    _fresh({**config, "latency": {"queries": 0}}, work / "cold", cache, remeasure=False)
+    quiet = _fresh(config, work / "quiet", cache)
     spinning = [
         multiprocessing.get_context("spawn").Process(target=_spin, args=(3600.0,))
         for _ in range(burners)
@@ -72,36 +97,38 @@ def measure(
     for process in spinning:
         process.start()
     try:
-        busy = run(config, work / "busy", cache_root=cache, progress=False, remeasure_latency=True)
+        busy = {r["trial_id"]: r for r in _fresh(config, work / "busy", cache)}
     finally:
         for process in spinning:
             process.terminate()
             process.join()
-    a, b = quiet.trials.set_index("trial_id"), busy.trials.set_index("trial_id")
-    rows = []
-    for trial_id in a.index:
-        q, s = (
-            float(a.loc[trial_id, "latency.total.p50_ms"]),
-            float(b.loc[trial_id, "latency.total.p50_ms"]),
-        )
-        rows.append(
-            {
-                "label": a.loc[trial_id, "label"],
-                "quiet_p50_ms": q,
-                "busy_p50_ms": s,
-                "difference": s / q - 1,
-                "quiet_contention": float(a.loc[trial_id, "latency.contention"]),
-                "busy_contention": float(b.loc[trial_id, "latency.contention"]),
-                "busy_interrupted": float(b.loc[trial_id, "latency.interrupted"]),
-                "busy_waited": float(b.loc[trial_id, "latency.waited"]),
-            }
-        )
+    rows = [_row(a, busy[a["trial_id"]]) for a in quiet]
     return {
         "queries": queries,
         "repeats": 5,
         "burners": burners,
         "rows": rows,
         "worst": max(abs(r["difference"]) for r in rows),
+        "quiet_was_busy": max(r["quiet_contention"] for r in rows) > CONTENTION,
+    }
+
+
+def _row(quiet: dict[str, Any], busy: dict[str, Any]) -> dict[str, Any]:
+    """One trial's figures: quiet and busy p50, their ratio, contention and thread pools."""
+    q, s = float(quiet["latency.total.p50_ms"]), float(busy["latency.total.p50_ms"])
+    return {
+        "label": quiet["label"],
+        "quiet_p50_ms": q,
+        "busy_p50_ms": s,
+        "ratio": s / q,
+        "difference": s / q - 1,
+        "quiet_cpu_p50_ms": float(quiet["latency.cpu.p50_ms"]),
+        "quiet_contention": float(quiet["latency.contention"]),
+        "busy_contention": float(busy["latency.contention"]),
+        "busy_interrupted": float(busy["latency.interrupted"]),
+        "busy_waited": float(busy["latency.waited"]),
+        "quiet_threads": str(quiet["latency.threads"]),
+        "busy_threads": str(busy["latency.threads"]),
     }
 
 
@@ -112,12 +139,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     found = measure(burners=args.burners, queries=args.queries)
     for row in found["rows"]:
+        threads = {row["quiet_threads"], row["busy_threads"]}
         print(
-            f"{row['label'][:70]:<70} quiet {row['quiet_p50_ms']:7.2f} ms  "
-            f"busy {row['busy_p50_ms']:7.2f} ms  {row['difference']:+.1%}  "
-            f"(contention {row['quiet_contention']:.0%} / {row['busy_contention']:.0%})"
+            f"{row['label'][:60]:<60} quiet {row['quiet_p50_ms']:7.2f} ms "
+            f"(cpu {row['quiet_cpu_p50_ms']:7.2f})  busy {row['busy_p50_ms']:7.2f} ms  "
+            f"{row['ratio']:.2f}x  (contention {row['quiet_contention']:.0%} / "
+            f"{row['busy_contention']:.0%})  threads {' / '.join(sorted(threads))}"
         )
     print(f"worst difference {found['worst']:.1%} (target <= 25%)")
+    if found["quiet_was_busy"]:
+        print(f"the quiet run was not quiet: other processes used over {CONTENTION:.0%} of the CPU")
     return 0
 
 

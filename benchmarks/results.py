@@ -73,6 +73,7 @@ SECTION_TITLES = {
     "rerank": "Cross-encoder path and latency (scifact-rerank.yaml)",
     "onnx": "ONNX backend against torch (scifact-onnx.yaml)",
     "latency": "Latency pass, quiet and under CPU burners",
+    "estimate": "Dry-run estimate against the cold run",
     "agreement": "Agreement of generated labels with real ones",
     "serve": "Search server latency (ragbench serve)",
     "wall": "Sweep wall time against embedding time (scifact-tuned.yaml)",
@@ -1355,34 +1356,38 @@ def _latency(section: dict[str, Any] | None) -> list[str]:
         (
             r["label"],
             num(r["quiet_p50_ms"], 2),
+            num(r["quiet_cpu_p50_ms"], 2) if "quiet_cpu_p50_ms" in r else "–",
             num(r["busy_p50_ms"], 2),
-            f"{100 * r['difference']:+.1f}%",
+            f"{r['busy_p50_ms'] / r['quiet_p50_ms']:.2f}×",
             f"{100 * r['quiet_contention']:.0f}%",
             f"{100 * r['busy_contention']:.0f}%",
             f"{100 * r['busy_interrupted']:.0f}%",
-            f"{100 * r['busy_waited']:.0f}%" if "busy_waited" in r else "–",
+            r.get("quiet_threads", "–"),
         )
         for r in section["rows"]
     ]
     lines += [
-        f"One dense sweep on the demo set (MiniLM, recursive 400, dense and hybrid, with and "
-        f"without a dense rerank), its latency pass run twice in one benchmark: as the machine "
-        f"is, then with {section['burners']} processes spinning on the CPU. Each pass: "
-        f"{section['queries']} queries one at a time after a warm-up, {section['repeats']} "
-        "repeats, each repeat's time less the time the measuring thread waited for a CPU (Linux "
-        "schedstat), the fastest repeat per query and stage (a repeat the scheduler interrupted "
-        "is first run again, up to 3 times), torch and BLAS fixed to one thread.",
+        "One sweep on the demo set (MiniLM, recursive 400: dense, hybrid and BM25, with and "
+        "without a dense rerank), its latency pass run twice in one benchmark, each time by "
+        "`ragbench run --remeasure-latency` in a fresh process over a warm stage cache (so the "
+        "first trial's pass is what loads the model): as the machine is, then with "
+        f"{section['burners']} processes spinning on the CPU. Each pass: {section['queries']} "
+        f"queries one at a time after a warm-up, {section['repeats']} repeats, each repeat's "
+        "time less the time the measuring thread waited for a CPU (Linux schedstat), the "
+        "fastest repeat per query and stage (a repeat the scheduler interrupted is first run "
+        "again, up to 3 times), every thread pool fixed to one thread (`latency.threads`).",
         "",
         table(
             [
                 "trial",
                 "quiet p50 total (ms)",
+                "quiet p50 CPU (ms)",
                 "busy p50 total (ms)",
-                "difference",
+                "busy / quiet",
                 "contention, quiet",
                 "contention, busy",
                 "repeats interrupted, busy",
-                "wall time waited for a CPU, busy",
+                "thread pools (latency.threads)",
             ],
             rows,
         ),
@@ -1393,6 +1398,34 @@ def _latency(section: dict[str, Any] | None) -> list[str]:
         "measured above 20%.",
     ]
     return lines
+
+
+def _estimate(section: dict[str, Any] | None) -> list[str]:
+    lines = ["### Dry-run estimate against the cold run", ""]
+    status = _status(section)
+    if status:
+        return [*lines, status]
+    assert section is not None
+    rows = [
+        (r["label"], r["work"], num(r["estimated_s"], 1), num(r["measured_s"], 1))
+        for r in section["rows"]
+    ]
+    ratio = section["ratio"]
+    within = 0.5 <= ratio <= 2
+    return [
+        *lines,
+        f"`ragbench run --dry-run` on a {section['dataset']} sweep (whole abstracts: BM25, dense "
+        "MiniLM int8 and their RRF hybrid) over an empty stage cache, then the same sweep run "
+        "cold in a fresh process over another empty cache. The dry run computes the chunkings, "
+        "loads each model and times it on a sample of the texts it will embed; a stage trials "
+        f"share is counted for the first. The dry run itself took {section['dry_run_s']:.0f} s.",
+        "",
+        table(["trial", "work the dry run found", "estimated (s)", "measured (s)"], rows),
+        "",
+        f"Total: estimated {section['estimated_s']:.0f} s, measured {section['measured_s']:.0f} s "
+        f"(the trials; {section['wall_s']:.0f} s with loading the data): estimate / measured "
+        f"{ratio:.2f}, target within 2× {'✓' if within else '✗'}.",
+    ]
 
 
 def _agreement_row(name: str, a: dict[str, Any]) -> tuple[str, ...]:
@@ -1603,6 +1636,7 @@ SPEED: list[Block] = [
     (("scifact",), lambda s: _memory(s.get("scifact"))),
     (("onnx",), lambda s: _onnx(s.get("onnx"))),
     (("latency",), lambda s: _latency(s.get("latency"))),
+    (("estimate",), lambda s: _estimate(s.get("estimate"))),
     (("serve",), lambda s: _serve(s.get("serve"))),
     (("wall",), lambda s: _wall(s.get("wall"))),
     (("scale",), lambda s: _scale(s.get("scale"))),

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ragbench.errors import ConfigError, DataError, RagbenchError
+from ragbench.errors import ConfigError, DataError, RagbenchError, writable_folder
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,8 +32,12 @@ _MLFLOW_URI = "sqlite:///mlruns.db"  # ragbench.experiment.mlflow_log.DEFAULT_UR
 
 
 def _json_arg(flag: str, value: str) -> dict:
+    from ragbench.data.problems import DuplicateKey, loads_json
+
     try:
-        spec = json.loads(value)
+        spec = loads_json(value)
+    except DuplicateKey as exc:
+        raise ConfigError(f"{flag}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{flag}: invalid JSON ({exc.msg} at column {exc.colno})") from None
     except RecursionError:
@@ -81,8 +85,8 @@ def _cmd_chunk(args: argparse.Namespace) -> int:
                 f"mean {statistics.fmean(sizes):.0f} / max {max(sizes)}\n"
             )
         out.write(f"time        {elapsed:.2f} s\n")
-    for problem in source.report.problems:
-        print(f"skipped {problem.path}: {problem.reason}", file=sys.stderr)
+    if source.report.problems:
+        print(source.report.summary(), file=sys.stderr)
     return 0
 
 
@@ -186,6 +190,7 @@ _GENERATE_NUMBERS: dict[str, type[int] | type[float]] = {
 
 def _cmd_datasets_generate(args: argparse.Namespace) -> int:
     from ragbench.data.generate import build_method, generate
+    from ragbench.text.loaders import skipped_summary
 
     options: dict[str, int | float | None] = {}
     for name, kind in _GENERATE_NUMBERS.items():
@@ -209,10 +214,16 @@ def _cmd_datasets_generate(args: argparse.Namespace) -> int:
         **options,
     )
     result = generate(
-        args.corpus, args.out, method, n=50 if n is None else int(n), seed=int(seed or 0)
+        args.corpus,
+        args.out,
+        method,
+        n=50 if n is None else int(n),
+        seed=int(seed or 0),
+        include=args.include,
+        exclude=args.exclude,
     )
-    for problem in result.problems:
-        print(f"skipped {problem.path}: {problem.reason}", file=sys.stderr)
+    if result.problems:
+        print(skipped_summary(result.problems), file=sys.stderr)
     sys.stdout.write(f"{result}\n")
     return 0
 
@@ -282,6 +293,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from ragbench.experiment.config import load_config
     from ragbench.experiment.mlflow_log import log_run, require_mlflow
     from ragbench.experiment.runner import dry_run, run
+    from ragbench.report.markdown import answer_lines
     from ragbench.report.report import Report
     from ragbench.report.tables import trial_table
 
@@ -300,6 +312,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         planned = dry_run(config, args.limit_queries)
         _print_frame(planned.set_index("trial_id"))
+        print(_estimate_line(planned))
         redundant = int((planned["redundant"] != "-").sum())
         if redundant:
             print(
@@ -308,6 +321,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         return 0
+    if args.select is not None:
+        _check_select(args.select, config.evaluation.metrics)
     if args.mlflow:
         require_mlflow()
     result = run(
@@ -331,9 +346,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print("no trial finished: no table and no report", file=sys.stderr)
     elif not args.no_report:
         try:
-            report = Report.from_run(result.path, latency_budget_ms=args.latency_budget)
+            report = Report.from_run(
+                result.path, latency_budget_ms=args.latency_budget, then=args.select
+            )
             paths = report.write(("html", "md"))
-            print(f"report:        {paths['html']}")
+            print(f"report:        {paths['html']}\n")
+            print("\n".join(answer_lines(report)))
             report_dir = paths["html"].parent
         except DataError as exc:  # the trials are kept; only the report does not apply
             print(f"report skipped: {exc}", file=sys.stderr)
@@ -345,25 +363,66 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _check_select(metric: str, metrics: Sequence[str]) -> None:
+    """``ConfigError`` before a run unless ``--select`` names one of its later metrics."""
+    from ragbench.evaluate.metrics import parse_metric
+
+    later = [str(m) for m in metrics[1:]]
+    try:
+        wanted = parse_metric(metric).name
+    except ConfigError as exc:
+        raise ConfigError(f"--select: {exc}") from None
+    if wanted not in {parse_metric(m).name for m in later}:
+        raise ConfigError(
+            f"--select {metric!r}: expected a metric of the config's evaluation.metrics after "
+            f"the first ({', '.join(later) or 'there is none'})"
+        )
+
+
+def _estimate_line(planned: pd.DataFrame) -> str:
+    """The dry run's total: the estimated time of the sweep, and its LLM calls and price."""
+    seconds = float(planned["estimated_s"].sum())
+    total = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+    line = f"\nestimated: {total} for {len(planned)} trial(s) on this machine"
+    calls = int(planned["llm_calls"].sum())
+    if calls:
+        dollars = planned["llm_usd"].dropna()
+        price = f", ~${dollars.sum():.2f}" if len(dollars) else " (no price in the config)"
+        line += f", plus up to {calls:,} LLM calls{price} (their time is the endpoint's)"
+    return line
+
+
 def _cmd_optimize(args: argparse.Namespace) -> int:
     from ragbench.optimize import optimize
-    from ragbench.report.markdown import confidence_line, labels_line, recommendation_line
+    from ragbench.report.markdown import answer_lines
     from ragbench.report.tables import trial_table
 
     for flag, value, low in (("--n", args.n, 1), ("--seed", args.seed, 0)):
         if value < low:
             raise ConfigError(f"{flag}: expected an integer >= {low}, got {value}")
-    done = optimize(args.docs, args.out, n=args.n, seed=args.seed)
+    done = optimize(
+        args.docs, args.out, n=args.n, seed=args.seed, include=args.include, exclude=args.exclude
+    )
     made = done.generation
     how = "reused" if made is None else f"generated from {made.documents:,} documents"
     print(f"labels:        {done.labels} ({done.queries:,} queries, {how})")
     _print_frame(trial_table(done.run.trials, done.run.metrics))
     print(f"\nrun directory: {done.run.path}\nreport:        {done.files['html']}\n")
-    lines = [recommendation_line(done.report), confidence_line(done.report)]
-    for line in [*lines, *labels_line(done.report)]:
-        print(line.removeprefix("- ").replace("**", "").replace("`", ""))
-    print(f"\ndeploy:        {done.deploy_command(args.collection)}")
+    print("\n".join(answer_lines(done.report, args.collection)))
     return 0
+
+
+def _add_globs(parser: argparse.ArgumentParser, folder: str) -> None:
+    """The repeatable ``--include`` / ``--exclude`` flags that select the files of ``folder``
+    by gitignore-like globs (``ragbench.text.loaders.DirectoryLoader``)."""
+    for flag, what in (("--include", "read only files matching"), ("--exclude", "skip")):
+        parser.add_argument(
+            flag,
+            action="append",
+            default=[],
+            metavar="GLOB",
+            help=f"{what} GLOB, relative to {folder} (e.g. '**/*.md', 'build/**'; repeatable)",
+        )
 
 
 def _add_optimize(sub: argparse._SubParsersAction) -> None:
@@ -377,6 +436,7 @@ def _add_optimize(sub: argparse._SubParsersAction) -> None:
         "deploys it. A second call reuses the labels and the cached stages.",
     )
     optimize.add_argument("docs", help="folder (or file) of your documents")
+    _add_globs(optimize, "DOCS")
     optimize.add_argument(
         "--out", help="folder for the labels and the run (default: runs/optimize-<DOCS name>)"
     )
@@ -394,6 +454,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     if args.mlflow:
         require_mlflow()
+    out = writable_folder(args.out or report_folder(args.run_dir), "--out")
     report = Report.from_run(
         Path(args.run_dir),
         args.baseline,
@@ -401,9 +462,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
         test=args.test,
         correction=args.correction,
         latency_budget_ms=args.latency_budget,
+        then=args.select,
     )
     formats = ["html", "md"] if args.format == "html" else [args.format]
-    paths = report.write(formats, args.out or report_folder(args.run_dir))
+    paths = report.write(formats, out)
     _print_frame(report.display_table())
     for fmt, path in paths.items():
         print(f"{fmt:<6} {path}")
@@ -515,6 +577,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         help="the report recommends the best trial within this p50 total latency (default: "
         "the baseline's)",
     )
+    run.add_argument(
+        "--select",
+        metavar="METRIC",
+        help="a second metric that picks among the trials the first metric cannot separate "
+        "(its bootstrap leaders), e.g. span_recall@5",
+    )
     run.set_defaults(func=_cmd_run)
     report = sub.add_parser("report", help="write report.html / report.md for a run directory")
     report.add_argument("run_dir", help="a run directory written by `ragbench run`")
@@ -535,6 +603,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         type=_milliseconds,
         metavar="MS",
         help="recommend the best trial within this p50 total latency (default: the baseline's)",
+    )
+    report.add_argument(
+        "--select",
+        metavar="METRIC",
+        help="a second metric that picks among the trials the first metric cannot separate "
+        "(its bootstrap leaders), e.g. span_recall@5",
     )
     report.add_argument("--out", help="output folder (default: reports/<run-name>)")
     _add_mlflow(report)
@@ -597,6 +671,8 @@ def _collection_dir(args: argparse.Namespace) -> Path:
     import os
 
     db = args.db or os.environ.get("RAGBENCH_DB") or Path.home() / ".local/share/ragbench"
+    if Path(db).exists() and not Path(db).is_dir():
+        raise ConfigError(f"--db {db}: is a file, not a folder of collections")
     name = args.collection
     plain = 0 < len(name) <= _MAX_COLLECTION_NAME and name.isprintable()
     if not plain or "/" in name or "\\" in name or name.startswith("."):
@@ -619,6 +695,16 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     if args.config and args.from_run:
         raise ConfigError("--config and --from-run: give one (the trial is the config)")
     spec = _json_arg("--config", args.config) if args.config else None
+    source = (
+        None
+        if args.source is None
+        else load(
+            args.source,
+            follow_symlinks=args.follow_symlinks,
+            include=args.include,
+            exclude=args.exclude,
+        )
+    )
     with collection_lock(target):  # other ingests into this collection wait until it is saved
         exists = (target / "pipeline.json").exists()
         pipeline = RAGPipeline.open(target) if exists else None
@@ -635,8 +721,8 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
             )
         elif pipeline is None:
             pipeline = RAGPipeline.from_config(spec or {})
-        if args.source is not None:
-            print(pipeline.index(load(args.source, follow_symlinks=args.follow_symlinks)))
+        if source is not None:
+            print(pipeline.index(source))
         pipeline.save(target)
     print(f"collection {args.collection!r}: {len(pipeline.chunks)} chunks in {target}")
     return 0
@@ -648,23 +734,29 @@ def _open_collection(args: argparse.Namespace) -> RAGPipeline:
     target = _collection_dir(args)
     if not target.exists():
         raise DataError(f"no collection {args.collection!r} in {target.parent}")
-    return RAGPipeline.open(target)
+    return RAGPipeline.open(target, lambda message: print(message, file=sys.stderr, flush=True))
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
-    from ragbench.service import MAX_K
+    from ragbench.service import MAX_K, check_query, warm_up
 
     if not 1 <= args.k <= MAX_K:
         raise ConfigError(f"-k: expected a number of results from 1 to {MAX_K}, got {args.k}")
     if (args.query is None) != args.interactive:
         raise ConfigError("search: give a query, or --interactive to read queries from stdin")
     filter = _json_arg("--filter", args.filter) if args.filter else None
+    if args.query is not None:
+        check_query(args.query)
+    started = time.perf_counter()
     pipeline = _open_collection(args)
     if args.retriever is not None and args.retriever not in pipeline.retrievers:
         raise ConfigError(
             f"--retriever {args.retriever}: collection {args.collection!r} serves "
             f"{', '.join(pipeline.retrievers)}"
         )
+    warm_up(pipeline, [args.retriever])  # loading is not query time: it is printed apart
+    loaded_ms = (time.perf_counter() - started) * 1000
+    print(f"collection {args.collection!r} loaded in {loaded_ms:.0f} ms", file=sys.stderr)
     if not args.interactive:
         _search_once(pipeline, args.query, args, filter)
         return 0
@@ -713,12 +805,20 @@ def _search_once(
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from ragbench.service import SearchServer, check_host
+    from ragbench.service import SearchServer, check_host, check_port
 
     check_host(args.host, args.allow_remote)
+    check_port(args.port)
     pipeline = _open_collection(args)
     try:
-        server = SearchServer(pipeline, args.collection, args.host, args.port, args.allow_remote)
+        server = SearchServer(
+            pipeline,
+            args.collection,
+            args.host,
+            args.port,
+            args.allow_remote,
+            _collection_dir(args),
+        )
     except OSError as exc:
         where = f"{args.host}:{args.port}"
         message = f"--port {args.port}: cannot listen on {where}: {exc.strerror or exc}"
@@ -744,6 +844,7 @@ def _add_collections(sub: argparse._SubParsersAction) -> None:
         help="index a file or folder into a persistent collection, or deploy a sweep's trial",
     )
     ingest.add_argument("--source", help="file or directory to index, or an http(s) URL")
+    _add_globs(ingest, "--source")
     ingest.add_argument(
         "--follow-symlinks",
         action="store_true",
@@ -970,6 +1071,7 @@ benchmarks/RESULTS.md (`ragbench datasets agreement`). The summary lists the
 queries written, those dropped (and why) and the LLM requests made and cached.""",
     )
     generate.add_argument("corpus", help="file or folder of documents, or a labeled set")
+    _add_globs(generate, "CORPUS")
     generate.add_argument("--out", required=True, help="folder to write (new or empty)")
     generate.add_argument(
         "--method", default="ict", metavar="{ict,headings,llm}", help="(default: ict)"
@@ -1151,7 +1253,10 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
+    from ragbench.progress import quiet_libraries
+
     args = _parser().parse_args(argv)
+    quiet_libraries()  # one display speaks: ragbench's own
     try:
         return args.func(args)
     except (ConfigError, DataError) as exc:

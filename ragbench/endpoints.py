@@ -46,6 +46,7 @@ from urllib.parse import SplitResult, urlsplit
 from pydantic import BaseModel, model_validator
 
 from ragbench.errors import ConfigError
+from ragbench.registry import ConfigModel
 
 __all__ = [
     "ALLOWED_ENV",
@@ -258,7 +259,7 @@ _REMOVED = {
 }
 
 
-class EndpointOptions(BaseModel):
+class EndpointOptions(ConfigModel):
     """Config fields of a component that calls an HTTP endpoint: ``base_url`` and the name of
     the ``credential`` whose key it sends. Validation applies the policy of this module."""
 

@@ -1,8 +1,12 @@
-"""Exceptions that carry a message fit for users: what was wrong, and where (file, key, line)."""
+"""Exceptions that carry a message fit for users: what was wrong, and where (file, key, line);
+and ``writable_folder``, the check that an output folder can be written before work starts."""
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "DataError", "RagbenchError"]
+import tempfile
+from pathlib import Path
+
+__all__ = ["ConfigError", "DataError", "RagbenchError", "writable_folder"]
 
 
 class RagbenchError(Exception):
@@ -15,3 +19,22 @@ class ConfigError(RagbenchError, ValueError):
 
 class DataError(RagbenchError, ValueError):
     """Invalid input data; the message names the file (and line) and what was expected."""
+
+
+def writable_folder(path: Path | str, name: str) -> Path:
+    """``path`` when it is a folder this process can write into, or one it can create (its
+    nearest existing parent is such a folder); else ``ConfigError`` naming ``name`` (the flag
+    or variable that gave it) and the path. Creates nothing."""
+    folder = Path(path)
+    existing = folder
+    while not existing.exists() and not existing.is_symlink() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "" if existing == folder else f"{existing} "
+        raise ConfigError(f"{name} {folder}: {what}is a file, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{name} {folder}: cannot write there ({exc.strerror or exc})") from None
+    return folder

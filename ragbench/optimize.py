@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -88,35 +89,39 @@ class Optimized:
         """Queries the sweep evaluated."""
         return int(self.run.manifest["queries"]["count"])
 
-    def deploy_command(self, collection: str = "default") -> str:
-        """The command that builds a searchable collection of the recommended trial over the
-        documents (whole: the labels' cuts are no part of it)."""
-        pick = self.report.recommendation().best
-        return (
-            f"ragbench ingest --from-run {self.run.path} --trial {pick} --collection {collection}"
-        )
 
-
-def _labels_key(docs: StrPath, method: IctMethod, n: int, seed: int) -> str:
+def _labels_key(
+    docs: StrPath,
+    method: IctMethod,
+    n: int,
+    seed: int,
+    include: Sequence[str],
+    exclude: Sequence[str],
+) -> str:
     """What the generated labels depend on: the documents' text, the method and sampling."""
-    documents, _ = corpus_documents(docs)
+    documents, _ = corpus_documents(docs, include, exclude)
     settings = {"method": method.name, **method.settings(), "n": n, "seed": seed}
     text = corpus_fingerprint(documents) + json.dumps(settings, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def _labels(
-    docs: StrPath, out: Path, n: int, seed: int
+    docs: StrPath, out: Path, n: int, seed: int, include: Sequence[str], exclude: Sequence[str]
 ) -> tuple[Path, bool, GenerationResult | None]:
-    """The generated set for ``docs`` under ``out`` (``labels-<key>``), written unless an
-    earlier call wrote it for the same documents and settings; older sets there are removed."""
+    """The generated set for ``docs`` (its files selected by the globs ``include`` and
+    ``exclude``) under ``out`` (``labels-<key>``), written unless an earlier call wrote it for the
+    same documents and settings; older sets there are removed."""
     method = IctMethod()
-    target = out / f"labels-{_labels_key(docs, method, n, seed)}"
+    target = out / f"labels-{_labels_key(docs, method, n, seed, include, exclude)}"
     if (target / "queries.jsonl").is_file():
         return target, True, None
     for old in out.glob("labels-*"):
         shutil.rmtree(old, ignore_errors=True)
-    return target, False, generate(docs, target, method, n=n, seed=seed)
+    return (
+        target,
+        False,
+        generate(docs, target, method, n=n, seed=seed, include=include, exclude=exclude),
+    )
 
 
 def optimize(
@@ -127,16 +132,19 @@ def optimize(
     seed: int = 0,
     cache_root: str | Path | None = None,
     progress: bool = True,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
 ) -> Optimized:
     """Generate labels for the documents ``docs`` (cached), run the default sweep on them into
-    ``<out>/run`` (default ``out``: ``runs/optimize-<folder name>``) and write its report."""
+    ``<out>/run`` (default ``out``: ``runs/optimize-<folder name>``) and write its report;
+    ``include`` / ``exclude`` select the folder's files by glob (``DirectoryLoader``)."""
     source = Path(docs)
     if not source.exists():
         raise ConfigError(f"{source}: no such file or directory (give a folder of documents)")
     name = f"optimize-{source.resolve().name or 'docs'}"
     root = Path(out) if out is not None else Path("runs") / name
     root.mkdir(parents=True, exist_ok=True)
-    labels, cached, generation = _labels(source, root, n, seed)
+    labels, cached, generation = _labels(source, root, n, seed, include, exclude)
     result = run(
         default_config(labels, name),
         root / "run",

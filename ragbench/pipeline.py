@@ -27,14 +27,14 @@ import secrets
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from ragbench import telemetry
 from ragbench.data import load_dataset
@@ -55,6 +55,7 @@ from ragbench.retrieve.graph import Env, Execution, Plan, Stage, compile_plan
 from ragbench.retrieve.postprocess import apply_threshold
 from ragbench.retrieve.retriever import HybridRetrieverConfig
 from ragbench.retrieve.timed import percentiles_ms
+from ragbench.text.loaders import LoadProblem, skipped_summary
 from ragbench.types import Chunk, Document, Hit, Ranking
 
 __all__ = [
@@ -75,17 +76,28 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 @contextmanager
-def collection_lock(path: Path | str, *, writing: bool = True) -> Iterator[None]:
+def collection_lock(
+    path: Path | str, *, writing: bool = True, waiting: Callable[[str], object] | None = None
+) -> Iterator[None]:
     """Hold the inter-process lock of the collection at ``path`` (a file beside it, since
     ``save`` replaces the folder); re-entrant within a thread, so a holder may ``open`` and
     ``save``. Where no lock file can be made (a read-only folder) a writer gets a one-line
-    error and a reader goes on without the lock: no writer can be saving there either."""
+    error and a reader goes on without the lock: no writer can be saving there either. When
+    another process holds it (an ingest), ``waiting`` is told so before the wait."""
     target = Path(path)
     lock = FileLock(target.with_name(f".{target.name}.lock"), is_singleton=True)
     held = False
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        lock.acquire()
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            if waiting is not None:
+                waiting(
+                    f"collection {target.name!r} is locked by an ingest (or another writer) "
+                    "saving it; waiting until it is done"
+                )
+            lock.acquire()
         held = True
     except OSError as exc:
         if writing:
@@ -108,7 +120,8 @@ def pipeline_trial(spec: Mapping[str, Any] | Trial | None = None) -> Trial:
 
 @dataclass
 class IndexReport:
-    """What one ``index`` call did."""
+    """What one ``index`` call did; ``skipped`` lists what the loader skipped (the text
+    summarises it in one line), ``errors`` the documents that failed to chunk or embed."""
 
     documents_loaded: int = 0
     documents_indexed: int = 0
@@ -118,6 +131,7 @@ class IndexReport:
     chunks_removed: int = 0
     errors: list[tuple[str, str]] = field(default_factory=list)
     duration_s: float = 0.0
+    skipped: list[LoadProblem] = field(default_factory=list)
 
     def __str__(self) -> str:
         lines = [
@@ -128,6 +142,8 @@ class IndexReport:
             f"errors {len(self.errors)}, {self.duration_s:.1f} s",
         ]
         lines += [f"  {where}: {why}" for where, why in self.errors]
+        if self.skipped:
+            lines.append(skipped_summary(self.skipped))
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -370,7 +386,9 @@ class RAGPipeline:
     # ------------------------------------------------------------ indexing
 
     def index(self, source: Iterable[Document]) -> IndexReport:
-        """Add new and changed documents; unchanged ones are skipped, failures reported."""
+        """Add new and changed documents; unchanged ones are skipped, failures reported. A
+        loader that skipped all it read (a binary file) is a ``DataError`` naming what it
+        skipped, before anything changes."""
         started = time.perf_counter()
         report = IndexReport()
         batch: list[Document] = []
@@ -384,9 +402,12 @@ class RAGPipeline:
             if len(batch) >= _BATCH_DOCS:
                 self._index_batch(batch, report)
                 batch = []
-        self._index_batch(batch, report)
         problems = getattr(getattr(source, "report", None), "problems", [])
-        report.errors.extend((p.path, p.reason) for p in problems)
+        if not report.documents_loaded and problems:
+            more = f" (and {len(problems) - 1} more skipped)" if len(problems) > 1 else ""
+            raise DataError(f"{problems[0].path}: nothing loaded: {problems[0].reason}{more}")
+        self._index_batch(batch, report)
+        report.skipped = list(problems)
         report.duration_s = time.perf_counter() - started
         return report
 
@@ -606,14 +627,15 @@ class RAGPipeline:
                 stage.codec.save(value, stage_folder)
 
     @classmethod
-    def open(cls, path: Path | str) -> RAGPipeline:
+    def open(cls, path: Path | str, waiting: Callable[[str], object] | None = None) -> RAGPipeline:
         """Reopen a collection written by ``save`` (under its ``collection_lock``, so never
-        half-way through a save; without it where no lock file can be made, such as a
-        read-only folder, which no save can be writing either)."""
+        half-way through a save — ``waiting`` hears when it waits for one; without the lock
+        where no lock file can be made, such as a read-only folder, which no save can be
+        writing either)."""
         root = Path(path)
         if not root.parent.is_dir():
             raise DataError(f"{root}: not a ragbench collection (no pipeline.json)")
-        with collection_lock(root, writing=False):
+        with collection_lock(root, writing=False, waiting=waiting):
             return cls._read(root)
 
     @classmethod

@@ -13,19 +13,31 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import types
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import entry_points
 from typing import Annotated, Any, ClassVar, Generic, TypeVar, cast
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, SerializeAsAny, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    SerializeAsAny,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from ragbench.errors import ConfigError
 
 __all__ = [
+    "MAX_INT",
     "Axis",
     "ComponentConfig",
+    "ConfigModel",
     "Registry",
     "axes",
     "component_field",
@@ -54,10 +66,63 @@ _BUILTIN_MODULES: dict[str, tuple[str, ...]] = {
 }
 
 
-class ComponentConfig(BaseModel):
-    """Base of every component config: frozen, unknown keys rejected, hashable into cache keys."""
+MAX_INT = 2**63 - 1
+"""The largest integer a config option may hold: options end up in int64 columns and arrays."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+
+class ConfigModel(BaseModel):
+    """Base of every config model: frozen, unknown keys rejected, and numbers taken as written —
+    a boolean is never a number (``size: true`` is not 1), a float must be finite (``.inf``,
+    ``.nan``) and an integer within ``MAX_INT``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        if not _numeric(cls, info.field_name or ""):
+            return value
+        for leaf in _leaves(value):
+            if isinstance(leaf, bool):
+                raise ValueError(f"expected a number, got {str(leaf).lower()} (a boolean)")
+            if isinstance(leaf, int) and abs(leaf) > MAX_INT:
+                raise ValueError(f"expected an integer of at most {MAX_INT:,} (int64), got {leaf}")
+        return value
+
+
+@cache
+def _numeric(model: type[BaseModel], name: str) -> bool:
+    """Whether the field ``name`` of ``model`` holds numbers (int or float, also inside tuples
+    and optional) and no boolean."""
+    field = model.model_fields.get(name)
+    found: set[Any] = set()
+    stack = [field.annotation] if field is not None else []
+    while stack:
+        current = stack.pop()
+        origin = typing.get_origin(current)
+        if origin is typing.Literal:
+            continue
+        if origin is typing.Annotated:
+            stack.append(typing.get_args(current)[0])
+        elif origin is not None or isinstance(current, types.UnionType):
+            stack.extend(typing.get_args(current))
+        else:
+            found.add(current)
+    return bool(found & {int, float}) and not found & {bool, Any}
+
+
+def _leaves(value: Any) -> list[Any]:
+    """``value`` itself, or the items of a list, tuple or mapping (nested)."""
+    if isinstance(value, Mapping):
+        return [leaf for item in value.values() for leaf in _leaves(item)]
+    if isinstance(value, list | tuple):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]
+
+
+class ComponentConfig(ConfigModel):
+    """Base of every component config: frozen, unknown keys rejected, numbers checked
+    (``ConfigModel``), hashable into cache keys."""
 
     kind: str
     uses: ClassVar[frozenset[str]] = frozenset()

@@ -6,24 +6,29 @@ for every hit, what each first-stage retriever made of it (its rank and score in
 and in the dense list) and on which scale its score is (``score_scale``: BM25 score, cosine,
 RRF, ...). ``SearchServer`` serves the same over HTTP (standard library ``http.server``, one
 thread per request, searches one at a time): ``POST /search``, ``GET /health`` and
-``GET /openapi.json`` (``openapi_schema``). It binds to loopback unless told otherwise: the API
-has no authentication.
+``GET /openapi.json`` (``openapi_schema``); every other path or method is a JSON 404 or 405.
+It binds to loopback unless told otherwise: the API has no authentication. Given the
+collection's folder, it follows re-ingests: the first request after a new save reopens it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from ragbench import __version__
+from ragbench.data.problems import DuplicateKey, loads_json
 from ragbench.endpoints import is_loopback
 from ragbench.errors import ConfigError
 from ragbench.pipeline import RAGPipeline
@@ -38,10 +43,13 @@ __all__ = [
     "SearchResult",
     "SearchServer",
     "check_host",
+    "check_port",
+    "check_query",
     "openapi_schema",
     "parse_request",
     "score_scale",
     "search",
+    "warm_up",
 ]
 
 logger = logging.getLogger(__name__)
@@ -50,6 +58,7 @@ MAX_K = 1000
 _MAX_BODY = 1 << 20  # bytes of a request body
 _MAX_QUERY = 10_000  # characters of a query
 _FIELDS = ("query", "k", "filter", "retriever")
+_ROUTES = {"/search": "POST", "/health": "GET", "/openapi.json": "GET"}
 _BM25 = "BM25 score (0 and up, unbounded: compare within one query)"
 _METRICS = {
     "cosine": "cosine similarity (-1 to 1)",
@@ -176,7 +185,9 @@ def search(
     retriever: str | None = None,
 ) -> SearchResult:
     """The top ``k`` hits for ``query`` (metadata ``filter``: exact match; ``retriever``: one
-    of ``pipeline.retrievers``), each with its place in every first-stage list."""
+    of ``pipeline.retrievers``), each with its place in every first-stage list; an empty
+    ``query`` is a ``RequestError``, as in a request."""
+    check_query(query)
     started = time.perf_counter()
     found = pipeline.search([query], k, filter, retriever)
     took_ms = (time.perf_counter() - started) * 1000
@@ -220,8 +231,9 @@ def search(
 # ---------------------------------------------------------------- requests
 
 
-class RequestError(ValueError):
-    """A bad request: ``field`` names the field at fault (``body`` for the whole body)."""
+class RequestError(ConfigError):
+    """A bad request (or query): ``field`` names the field at fault (``body`` for the whole
+    body)."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
@@ -242,7 +254,9 @@ def parse_request(body: bytes, retrievers: tuple[str, ...]) -> SearchRequest:
     """The search request in ``body`` (JSON), or ``RequestError`` naming the first bad field;
     ``retrievers`` are the kinds the collection serves."""
     try:
-        data = json.loads(body.decode("utf-8"))
+        data = loads_json(body.decode("utf-8"))
+    except DuplicateKey as exc:
+        raise RequestError("body", str(exc)) from None
     except (UnicodeDecodeError, ValueError, RecursionError):
         raise RequestError("body", "expected a JSON object, got invalid JSON") from None
     if not isinstance(data, dict):
@@ -250,11 +264,7 @@ def parse_request(body: bytes, retrievers: tuple[str, ...]) -> SearchRequest:
     unknown = sorted(set(data) - set(_FIELDS))
     if unknown:
         raise RequestError(unknown[0], f"unknown field; allowed: {', '.join(_FIELDS)}")
-    query = data.get("query")
-    if not isinstance(query, str) or not query.strip():
-        raise RequestError("query", "expected a non-empty string")
-    if len(query) > _MAX_QUERY:
-        raise RequestError("query", f"longer than {_MAX_QUERY:,} characters")
+    query = check_query(data.get("query"))
     k = data.get("k", 10)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
         raise RequestError("k", f"expected an integer from 1 to {MAX_K}, got {json.dumps(k)}")
@@ -271,6 +281,17 @@ def parse_request(body: bytes, retrievers: tuple[str, ...]) -> SearchRequest:
     return SearchRequest(query, k, filter or None, retriever)
 
 
+def check_query(query: object) -> str:
+    """``query`` when it is one to search for (a string with a word in it, at most 10,000
+    characters), else ``RequestError`` naming the field ``query``: the API and the command line
+    refuse the same queries."""
+    if not isinstance(query, str) or not query.strip():
+        raise RequestError("query", f"expected a non-empty string, got {json.dumps(query)}")
+    if len(query) > _MAX_QUERY:
+        raise RequestError("query", f"longer than {_MAX_QUERY:,} characters")
+    return query
+
+
 # ---------------------------------------------------------------- the server
 
 
@@ -283,8 +304,33 @@ def check_host(host: str, allow_remote: bool = False) -> None:
         )
 
 
+def check_port(port: int) -> None:
+    """``ConfigError`` unless ``port`` is a TCP port (0 to 65535; 0: any free port)."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigError(f"--port {port}: expected a port from 0 to 65535 (0: any free port)")
+
+
+def warm_up(pipeline: RAGPipeline, retrievers: Sequence[str | None] | None = None) -> float:
+    """Load what ``pipeline`` searches with (models, indexes) by one search per retriever
+    (default: each it serves); returns the seconds it took, which no query's time counts."""
+    started = time.perf_counter()
+    for retriever in pipeline.retrievers if retrievers is None else retrievers:
+        pipeline.search(["warm up"], 1, None, retriever)
+    return time.perf_counter() - started
+
+
+def _stamp(path: Path | None) -> tuple[int, ...] | None:
+    """What changes when a collection is saved again (``save`` swaps in a new folder)."""
+    try:
+        found = os.stat(path) if path is not None else None
+    except OSError:  # between the two renames of a save, or gone
+        return None
+    return None if found is None else (found.st_ino, found.st_mtime_ns, found.st_ctime_ns)
+
+
 class SearchServer(ThreadingHTTPServer):
-    """The HTTP JSON API over one collection, opened and warmed up before it listens."""
+    """The HTTP JSON API over one collection, opened and warmed up before it listens; with
+    ``path`` (the collection's folder) it answers from the collection as last saved there."""
 
     daemon_threads = True
 
@@ -295,16 +341,38 @@ class SearchServer(ThreadingHTTPServer):
         host: str = "127.0.0.1",
         port: int = 8765,
         allow_remote: bool = False,
+        path: Path | str | None = None,
     ) -> None:
         check_host(host, allow_remote)
+        check_port(port)
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.pipeline = pipeline
         self.name = name
+        self.path = Path(path) if path is not None else None
+        self._stamp = _stamp(self.path)
         self.lock = threading.Lock()  # one search at a time: indexes and models are shared
         self.started = time.time()
-        for retriever in pipeline.retrievers:  # loads the models before the first request
-            pipeline.search(["warm up"], 1, None, retriever)
+        warm_up(pipeline)  # loads the models before the first request
         super().__init__((host, port), _Handler)
+
+    def current(self) -> RAGPipeline:
+        """The pipeline to answer from (call it holding ``lock``): reopened when the
+        collection was saved again since it was loaded (a re-ingest; an ingest still running
+        holds the collection until it saves, and the loaded one answers meanwhile)."""
+        stamp = _stamp(self.path)
+        if self.path is None or stamp is None or stamp == self._stamp:
+            return self.pipeline
+        self._stamp = stamp
+        try:
+            fresh = RAGPipeline.open(self.path)
+        except Exception:  # the loaded collection goes on answering
+            logger.exception("%s: cannot reopen the collection", self.path)
+            return self.pipeline
+        if fresh.trial.id == self.pipeline.trial.id:
+            fresh.env = self.pipeline.env  # the same models, loaded already
+        warm_up(fresh)
+        self.pipeline = fresh
+        return fresh
 
     @property
     def url(self) -> str:
@@ -316,7 +384,8 @@ class SearchServer(ThreadingHTTPServer):
 
     def health(self) -> dict[str, Any]:
         """What ``GET /health`` returns."""
-        pipeline = self.pipeline
+        with self.lock:
+            pipeline = self.current()
         embedder = pipeline.trial.get("embedder")
         return {
             "status": "ok",
@@ -344,18 +413,34 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, self.server.health())
         elif path == "/openapi.json":
             self._send(200, openapi_schema())
-        elif path == "/search":
-            self._send(405, {"error": "GET /search: use POST"}, {"Allow": "POST"})
         else:
+            self._unrouted(path)
+
+    def _unrouted(self, path: str) -> None:
+        """A 405 naming the method of a known path, a 404 for any other path; the connection
+        closes, since a body may be left unread."""
+        self.close_connection = True
+        allowed = _ROUTES.get(path)
+        if allowed is None:
             self._send(404, {"error": f"no such path {path}; see /openapi.json"})
+        else:
+            error = f"{self.command} {path}: use {allowed}"
+            self._send(405, {"error": error}, {"Allow": allowed})
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """What ``http.server`` refuses itself, as JSON too: an unsupported method (PUT,
+        DELETE, ...) is a 405 or 404 like any other wrong one, a malformed request its own
+        status."""
+        self.close_connection = True
+        if code == HTTPStatus.NOT_IMPLEMENTED and self.command:
+            self._unrouted(urlsplit(self.path).path)
+        else:
+            self._send(code, {"error": message or HTTPStatus(code).phrase})
 
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
-        if path in ("/health", "/openapi.json"):
-            self._send(405, {"error": f"POST {path}: use GET"}, {"Allow": "GET"})
-            return
         if path != "/search":
-            self._send(404, {"error": f"no such path {path}; see /openapi.json"})
+            self._unrouted(path)
             return
         length = self.headers.get("content-length", "")
         if not length.isdigit():
@@ -367,7 +452,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(413, {"error": error, "field": "body"})
             return
         body = self.rfile.read(int(length))
-        try:
+        try:  # a re-ingest keeps the collection's config, so its retrievers
             request = parse_request(body, self.server.pipeline.retrievers)
         except RequestError as exc:
             self._send(400, {"error": str(exc), "field": exc.field})
@@ -375,7 +460,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             with self.server.lock:
                 found = search(
-                    self.server.pipeline,
+                    self.server.current(),
                     request.query,
                     request.k,
                     request.filter,
@@ -394,8 +479,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         for key, value in (headers or {}).items():
             self.send_header(key, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":
+            self.wfile.write(data)
 
     def log_message(self, format: str, *args: Any) -> None:
         logger.info("%s %s", self.address_string(), format % args)

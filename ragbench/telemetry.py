@@ -22,9 +22,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import IO, TYPE_CHECKING, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import model_validator
 
 from ragbench.errors import ConfigError
+from ragbench.registry import ConfigModel
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -40,12 +41,10 @@ _OTLP_PACKAGE = "pip install opentelemetry-exporter-otlp"
 Attribute = str | bool | int | float
 
 
-class TelemetrySpec(BaseModel):
+class TelemetrySpec(ConfigModel):
     """Where spans go: printed to stderr (``console``) or sent to an OTLP collector (``otlp``;
     ``endpoint`` is its traces URL, e.g. ``http://localhost:4318/v1/traces``, default the
     exporter's own or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     exporter: Literal["console", "otlp"]
     endpoint: str | None = None

@@ -18,6 +18,7 @@ LAYERS = {
     "registry": 0,
     "testing": 0,
     "telemetry": 0,
+    "progress": 0,
     "text": 1,
     "llm": 1,
     "data": 2,

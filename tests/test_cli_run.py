@@ -42,6 +42,11 @@ def test_run_prints_the_table_and_writes_report(
     lines = printed.splitlines()
     assert "ndcg@10" in lines[0] and "total p50 ms" in lines[0]
     assert f"run directory: {out}" in printed and "report.html" in printed
+    # it ends with the answer: the pick, how sure it is, and the command that deploys it
+    assert "Recommendation: best overall " in printed
+    assert "Confidence in the pick (ndcg@10): " in printed and "resamples of the 10" in printed
+    deploy = printed.rstrip().splitlines()[-1]
+    assert deploy.startswith(f"deploy:        ragbench ingest --from-run {out} --trial ")
     report = (out / "report.md").read_text()
     assert "## Best trial per metric" in report and "## Config" in report
     values = [float(line.split()[-5]) for line in lines[2:5] if line.strip()]

@@ -184,6 +184,56 @@ def test_ict_skips_code_numbers_and_sentences_that_refer_back(tmp_path: Path) ->
     assert not {"Set", "Admins", "Editors"} & everything  # code-like, pointing ahead, a comment
 
 
+TOOLBELT_PROSE = (
+    "The toolbelt collects helpers that make long running client sessions easier to manage.",
+    "To get the latest release from the package index, run the installer in a terminal window.",
+    "Interactive sessions show how a base address keeps every request short and readable.",
+    "A session created this way also retries failed requests when the server is unavailable.",
+    "Every helper in the toolbelt is tested against the current release of the library.",
+)
+TOOLBELT = f"""\
+Installing the toolbelt
+
+{TOOLBELT_PROSE[0]}
+
+{TOOLBELT_PROSE[1]}
+
+$ pip install requests-toolbelt --upgrade --user
+Collecting requests-toolbelt
+Successfully installed requests-toolbelt
+
+{TOOLBELT_PROSE[2]}
+
+>>> from toolbelt import sessions, adapters, auth, cookies, downloadutils, multipart, streaming
+
+    import os
+    import sys
+    from pathlib import Path
+    from collections import Counter
+    from requests_toolbelt import sessions
+
+python -m pip install --user requests-toolbelt and then restart the shell session.
+
+pip install requests-toolbelt sphinx-rtd-theme mkdocs-material black isort pytest
+
+{TOOLBELT_PROSE[3]}
+
+{TOOLBELT_PROSE[4]}
+"""
+
+
+def test_ict_takes_no_query_from_unfenced_code_in_plain_text(tmp_path: Path) -> None:
+    """A .txt file has no code fences: a shell transcript, a >>> prompt, imports and commands
+    read as prose sentences, and none of them may become a query."""
+    corpus = _corpus(tmp_path / "docs", {"toolbelt.txt": TOOLBELT})
+    result = generate(corpus, tmp_path / "set", IctMethod(window=1, min_words=5), n=50)
+    _valid(result)
+    texts = [" ".join(q["text"].split()) for q in _queries(result)]
+    assert len(texts) >= 3
+    assert set(texts) <= set(TOOLBELT_PROSE)
+    assert result.skipped["code-like"] == 5  # the transcript, the prompt, imports, 2 commands
+
+
 def test_a_title_is_a_heading_and_no_query_stays_findable_in_its_document(
     tmp_path: Path,
 ) -> None:
@@ -549,3 +599,29 @@ def test_bad_corpus_and_output_are_one_line_errors(
     assert f"{plain}: no headings (Markdown # or HTML <h1>-<h6>)" in one_line_exit_2(argv, capsys)
     argv = ["datasets", "generate", str(tmp_path / "missing"), "--out", str(tmp_path / "y")]
     assert "missing: no such dataset path or name" in one_line_exit_2(argv, capsys)
+
+
+def test_generate_reads_the_files_the_globs_select(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus = _corpus(tmp_path / "docs", {"guide.md": GUIDE, "ports.html": PORTS})
+    (corpus / "build").mkdir()
+    (corpus / "build" / "old.md").write_text(GUIDE.replace("Kestrel", "Osprey"), encoding="utf-8")
+    (corpus / "queries.jsonl").write_text('{"query": "q", "relevant": ["guide.md"]}\n')
+
+    def written(out: str, *globs: str) -> list[str]:
+        argv = ["datasets", "generate", str(corpus), "--out", str(tmp_path / out)]
+        assert main([*argv, *globs, "--min-words", "5"]) == 0
+        files = (tmp_path / out / "corpus").rglob("*")
+        return sorted(str(p.relative_to(tmp_path / out / "corpus")) for p in files if p.is_file())
+
+    assert written("a", "--exclude", "build/**", "--exclude", "*.html") == ["guide.md"]
+    label = corpus / "queries.jsonl"  # not read as labels: the globs select from the folder
+    expected = f"skipped {label}: label file of a labeled set, not a document\n"
+    assert capsys.readouterr().err == expected
+    assert written("b", "--include", "build/*") == ["build/old.md"]
+    assert capsys.readouterr().err == ""
+    argv = ["datasets", "generate", str(DEMO), "--out", str(tmp_path / "x"), "--exclude", "a/**"]
+    err = one_line_exit_2(argv, capsys)
+    assert err.startswith("ragbench datasets: --include/--exclude: ")
+    assert "is a labeled set (spans format)" in err

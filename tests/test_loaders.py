@@ -12,7 +12,9 @@ from typing import Any
 import pypdf
 import pytest
 
-from ragbench.errors import DataError
+from ragbench.cli import main
+from ragbench.errors import ConfigError, DataError
+from ragbench.pipeline import RAGPipeline
 from ragbench.protocols import Loader
 from ragbench.text import loaders
 from ragbench.text.chunkers import build_chunker, chunk_documents
@@ -26,6 +28,7 @@ from ragbench.text.loaders import (
     PdfLoader,
     TextLoader,
     load,
+    skipped_summary,
 )
 from ragbench.types import Document
 
@@ -383,6 +386,7 @@ def test_directory_dispatch_nested_ids_and_sorted_order(tmp_path: Path) -> None:
     assert isinstance(loader, DirectoryLoader)
     docs = list(loader)
     assert [d.id for d in docs] == [
+        "Makefile",  # no extension, but text
         "a.md",
         "a/x.md",
         "j1",
@@ -404,11 +408,9 @@ def test_directory_dispatch_nested_ids_and_sorted_order(tmp_path: Path) -> None:
         "html",
     ]
     assert by_id["paper.pdf"].text == "pdf text"
-    assert reasons(loader.report) == {
-        "image.png": "unsupported extension",
-        "Makefile": "unsupported extension",
-    }
-    assert loader.report.loaded == 7
+    assert by_id["Makefile"].metadata == {"path": "Makefile", "format": "txt"}
+    assert reasons(loader.report) == {"image.png": "unsupported extension"}
+    assert loader.report.loaded == 8
 
 
 def test_bad_files_are_reported_and_the_rest_loads(tmp_path: Path) -> None:
@@ -564,6 +566,144 @@ def test_load_picks_the_loader_by_extension(tmp_path: Path) -> None:
     }
     for name, cls in cases.items():
         assert type(load(write(tmp_path / name, "x"))) is cls
+
+
+# --------------------------------------------------------------------------- a real folder
+
+ELF = b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4
+HASHING = '{"embedder": {"kind": "hashing"}}'
+
+
+def test_text_files_without_an_extension_load_as_text(tmp_path: Path) -> None:
+    write(tmp_path / "README", "Project\n=======\n\nWhat it does.\r\n")
+    write(tmp_path / "pkg" / "README.Debian", "Notes for Debian users.\n")
+    cut = "x" * (loaders._SNIFF_BYTES - 4) + "é and more"  # BOM + x: é straddles the head
+    write(tmp_path / "LICENSE", "\ufeff" + cut)
+    write(tmp_path / "tool", ELF)  # an executable: NUL bytes
+    write(tmp_path / "latin1", "Gr\u00fc\u00dfe aus K\u00f6ln\n".encode("latin-1"))
+    write(tmp_path / "noise", bytes(range(1, 32)) * 20)  # no NUL, valid UTF-8, unprintable
+    write(tmp_path / "notes.xyz", "text, but the extension says nothing we read")
+    loader = DirectoryLoader(tmp_path)
+    docs = {d.id: d for d in loader}
+    assert sorted(docs) == ["LICENSE", "README", "pkg/README.Debian"]
+    assert docs["README"].text == "Project\n=======\n\nWhat it does.\n"
+    assert docs["README"].metadata == {"path": "README", "format": "txt"}
+    assert docs["LICENSE"].text == cut
+    assert reasons(loader.report) == {
+        "tool": "binary file",
+        "latin1": "invalid UTF-8 at byte 2",
+        "noise": "binary file (mostly unprintable characters)",
+        "notes.xyz": "unsupported extension",
+    }
+    assert type(load(tmp_path / "README")) is TextLoader
+    with pytest.raises(DataError, match=r"tool: no extension, and not text \(binary file\)"):
+        load(tmp_path / "tool")
+
+
+def test_label_files_at_the_top_are_no_documents(tmp_path: Path) -> None:
+    write(tmp_path / "guide.md", "# Guide\nhow to")
+    write(tmp_path / "queries.jsonl", jsonl({"query": "how?", "relevant": ["guide.md"]}))
+    write(tmp_path / "cuts.jsonl", jsonl({"doc_id": "guide.md", "start": 0, "end": 3}))
+    write(tmp_path / "data" / "queries.jsonl", jsonl({"_id": "d1", "text": "a record"}))
+    loader = load(tmp_path)
+    assert [d.id for d in loader] == ["d1", "guide.md"]  # below the top it is data
+    label = "label file of a labeled set, not a document"
+    assert reasons(loader.report) == {"queries.jsonl": label, "cuts.jsonl": label}
+    assert [p.kind for p in loader.report.problems] == ["label file", "label file"]
+
+
+def test_many_skipped_files_are_one_summary_line(tmp_path: Path) -> None:
+    write(tmp_path / "doc.md", "the one document")
+    for i in range(5):
+        write(tmp_path / "img" / f"{i}.png", b"\x89PNG\r\n")
+    for i in range(4):
+        write(tmp_path / "lib" / f"{i}.so", ELF)
+    for name in ("a", "b", "c"):
+        write(tmp_path / "bin" / name, ELF)
+    write(tmp_path / "queries.jsonl", jsonl({"query": "q", "relevant": ["doc.md"]}))
+    loader = load(tmp_path)
+    assert [d.id for d in loader] == ["doc.md"]
+    assert len(loader.report.problems) == 13  # every file stays listed on the report
+    assert loader.report.summary() == (
+        "skipped 13 files: 9 unsupported extension (.png 5, .so 4), 3 binary, 1 label file; "
+        f"the first: {tmp_path / 'bin' / 'a'}: binary file"
+    )
+    assert skipped_summary(loader.report.problems[:2]) == (
+        f"skipped 2 files: {tmp_path / 'bin' / 'a'}: binary file; "
+        f"{tmp_path / 'bin' / 'b'}: binary file"
+    )
+    assert skipped_summary([]) == ""
+
+
+def test_commands_print_one_summary_line_not_one_per_file(tmp_path: Path, capsys) -> None:
+    source = tmp_path / "docs"
+    write(source / "guide.md", "# Guide\nInstall it, then run it.")
+    write(source / "README", "A folder of notes about the project.")
+    for i in range(6):
+        write(source / "img" / f"{i}.png", b"\x89PNG\r\n")
+    write(source / "queries.jsonl", jsonl({"query": "q", "relevant": ["guide.md"]}))
+    db = ["--db", str(tmp_path / "db"), "--config", HASHING]
+    assert main(["ingest", "--source", str(source), "--collection", "c", *db]) == 0
+    out = capsys.readouterr().out.splitlines()
+    skipped = [line for line in out if ".png" in line or "queries.jsonl" in line]
+    assert skipped == [
+        "skipped 7 files: 6 unsupported extension (.png 6), 1 label file; "
+        f"the first: {source / 'img' / '0.png'}: unsupported extension"
+    ]
+    assert "documents loaded 2, indexed 2, unchanged 0" in out
+    assert RAGPipeline.open(tmp_path / "db" / "c").document_ids == ["README", "guide.md"]
+    assert main(["chunk", str(source), "--format", "summary"]) == 0
+    assert capsys.readouterr().err.splitlines() == [skipped[0]]
+
+
+def _globbed(root: Path, include: list[str], exclude: list[str]) -> list[str]:
+    return [d.id for d in DirectoryLoader(root, include=include, exclude=exclude)]
+
+
+def test_include_and_exclude_select_files_by_glob(tmp_path: Path) -> None:
+    for rel in ("a.md", "notes/b.md", "notes/c.txt", "build/x.md", "src/build/y.md", "d.md"):
+        write(tmp_path / rel, f"text of {rel}")
+    write(tmp_path / "z.log", "not read: left out by include, so not reported")
+    every = ["a.md", "build/x.md", "d.md", "notes/b.md", "notes/c.txt", "src/build/y.md"]
+    assert _globbed(tmp_path, [], []) == every
+    loader = DirectoryLoader(tmp_path, include=["**/*.md"])
+    assert [d.id for d in loader] == [r for r in every if r.endswith(".md")]
+    assert loader.report.problems == []
+    assert _globbed(tmp_path, ["notes/"], []) == ["notes/b.md", "notes/c.txt"]
+    assert _globbed(tmp_path, ["*.md"], ["build/**"]) == [
+        "a.md",
+        "d.md",
+        "notes/b.md",
+        "src/build/y.md",  # 'build/**' is relative to the folder
+    ]
+    assert _globbed(tmp_path, [], ["build", "*.txt", "/d.md"]) == ["a.md", "notes/b.md"]
+    assert _globbed(tmp_path, ["[!a]*.md"], ["notes"]) == [  # no '/': at any depth
+        "build/x.md",
+        "d.md",
+        "src/build/y.md",
+    ]
+
+
+def test_a_bad_glob_is_one_line_naming_the_flag(tmp_path: Path, capsys) -> None:
+    write(tmp_path / "docs" / "a.md", "text")
+    with pytest.raises(ConfigError) as error:
+        DirectoryLoader(tmp_path, exclude=["ok/**", "build/["])
+    assert str(error.value) == (
+        "--exclude 'build/[': unclosed '[' (expected a glob relative to the folder, "
+        "such as '**/*.md' or 'build/**')"
+    )
+    for bad in ("", "../up/*.md", "a//b"):
+        with pytest.raises(ConfigError, match=r"^--include "):
+            DirectoryLoader(tmp_path, include=[bad])
+    with pytest.raises(ConfigError, match="is not a folder"):
+        load(tmp_path / "docs" / "a.md", include=["*.md"])
+    db = ["--db", str(tmp_path / "db"), "--config", HASHING]
+    argv = ["ingest", "--source", str(tmp_path / "docs"), "--include", "[z-a].md", *db]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ragbench ingest: --include '[z-a].md': invalid character class")
+    assert err.count("\n") == 1
+    assert not (tmp_path / "db").exists()
 
 
 # --------------------------------------------------------------------------- real corpus

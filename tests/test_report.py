@@ -19,7 +19,7 @@ from ragbench.report.compare import compare_runs
 from ragbench.report.confidence import pick_confidence
 from ragbench.report.drilldown import drilldown
 from ragbench.report.html import inline_html, render_html
-from ragbench.report.markdown import summary_lines
+from ragbench.report.markdown import recommendation_line, summary_lines
 from ragbench.report.report import Report
 from tests.paths import DEMO, REPO, require
 
@@ -126,6 +126,20 @@ def test_drilldown_lists_the_largest_differences(run_dir: Path) -> None:
     first = drill.iloc[0]
     assert first["query"] and first["gold"]["evidence"] and first["top_a"] and first["top_b"]
     assert first["top_a"][0]["rank"] == 1
+
+
+def test_when_the_baseline_wins_the_drilldown_shows_the_runner_up(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    best = Report.from_run(run_dir).best
+    report = Report.from_run(run_dir, baseline=best)
+    means = report.stats.loc[report.metric]["mean"]
+    assert report.best == report.baseline and report.contender == means.drop(best).idxmax()
+    drill = report.drilldown(n=3)
+    assert len(drill) == 3 and (drill["delta"] != 0).all()  # best against the runner-up
+    paths = report.write(("md",), tmp_path / "out")
+    text = paths["md"].read_text()
+    assert "and the runner-up differ most" in text and "runner-up answer" not in text
 
 
 def test_write_html_markdown_and_plots(run_dir: Path, tmp_path: Path) -> None:
@@ -550,3 +564,29 @@ def test_metric_spellings_and_a_one_query_run(tmp_path: Path, capsys, monkeypatc
     capsys.readouterr()
     assert main(["report", str(two), "--metric", "NDCG@10", "--format", "md"]) == 0
     assert main(["compare", str(two), "--metric", "NDCG@10"]) == 0
+
+
+def test_select_decides_among_the_trials_the_first_metric_cannot_separate(
+    run_dir: Path, tmp_path: Path, capsys
+) -> None:
+    plain = Report.from_run(run_dir)
+    leaders = plain.confidence.leaders
+    assert len(leaders) > 1  # the demo's BM25 settings are too close for 117 queries
+    report = Report.from_run(run_dir, then="recall@20")
+    pick = report.recommendation()
+    assert pick.then == "recall@20" and set(pick.among) == set(leaders)
+    second = report.stats.loc["recall@20"]["mean"].reindex(leaders)
+    assert second[pick.best] == second.max()
+    assert report.deploy_command().split("--trial ")[1].startswith(pick.best)
+    line = recommendation_line(report)
+    assert f"the best on recall@20 of the {len(leaders)} trials ndcg@10 cannot separate" in line
+    with pytest.raises(ConfigError, match="--select 'ndcg@10': expected another metric"):
+        Report.from_run(run_dir, then="ndcg@10")
+    assert main(["report", str(run_dir), "--select", "recall@20", "--out", str(tmp_path)]) == 0
+    assert "the best on recall@20" in (tmp_path / "report.md").read_text()
+    config = tmp_path / "rep.yaml"
+    config.write_text(json.dumps(_config()), "utf-8")
+    capsys.readouterr()
+    assert main(["run", str(config), "--select", "mrr@10", "--out", str(tmp_path / "r")]) == 2
+    assert "--select 'mrr@10': expected a metric of the config's" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

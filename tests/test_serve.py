@@ -301,3 +301,61 @@ def test_search_flags_are_checked(tmp_path: Path, capsys) -> None:
         == 0
     )
     assert {r["doc_id"] for r in json.loads(capsys.readouterr().out)} == {"sec/acl.md"}
+
+
+@pytest.mark.parametrize("method", ["PUT", "DELETE", "PATCH"])
+def test_every_method_gets_a_json_answer(server: SearchServer, method: str) -> None:
+    reply = httpx.request(method, f"{server.url}/search", content=b"{}", trust_env=False)
+    assert reply.status_code == 405 and reply.headers["allow"] == "POST"
+    assert reply.json() == {"error": f"{method} /search: use POST"}
+    elsewhere = httpx.request(method, f"{server.url}/nope", trust_env=False)
+    assert elsewhere.status_code == 404 and "no such path /nope" in elsewhere.json()["error"]
+
+
+def test_serve_answers_from_a_reingested_collection(tmp_path: Path) -> None:
+    """A re-ingest (a new save of the folder) is served from the next request, no restart."""
+    target = _collection(tmp_path)
+    running = SearchServer(RAGPipeline.open(target), "docs", "127.0.0.1", 0, path=target)
+    thread = threading.Thread(target=running.serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert _get(running, "/health").json()["chunks"] == len(DOCS)
+        query = {"query": "heron migration wetlands", "k": 1}
+        assert _post(running, query).json()["hits"][0]["doc_id"] != "birds/heron.md"
+        pipeline = RAGPipeline.open(target)
+        pipeline.index([Document("birds/heron.md", "The heron migration crosses the wetlands.")])
+        pipeline.save(target)
+        assert _get(running, "/health").json()["chunks"] == len(DOCS) + 1
+        assert _post(running, query).json()["hits"][0]["doc_id"] == "birds/heron.md"
+    finally:
+        running.shutdown()
+        running.server_close()
+
+
+def test_search_says_it_waits_for_an_ingest_and_times_loading_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ragbench.pipeline import collection_lock
+
+    target = _collection(tmp_path)
+    held, release = threading.Event(), threading.Event()
+
+    def ingest() -> None:  # holds the collection as an ingest does while it saves
+        with collection_lock(target):
+            held.set()
+            release.wait(30)
+
+    writer = threading.Thread(target=ingest)
+    writer.start()
+    held.wait(10)
+    threading.Timer(1.0, release.set).start()
+    where = ["--collection", "docs", "--db", str(tmp_path)]
+    try:
+        assert main(["search", "admin API port", *where, "--format", "json"]) == 0
+    finally:
+        release.set()
+        writer.join()
+    printed = capsys.readouterr()
+    assert "collection 'docs' is locked by an ingest" in printed.err
+    assert re.search(r"collection 'docs' loaded in \d+ ms", printed.err)
+    assert json.loads(printed.out)[0]["doc_id"] == "ref/ports.md"

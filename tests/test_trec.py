@@ -40,8 +40,8 @@ def test_qrels_round_trip(tmp_path: Path) -> None:
 
 
 def test_trec_qrels_with_comments_blank_lines_and_any_whitespace(tmp_path: Path) -> None:
-    path = write(tmp_path, "q.txt", "# judged by hand\nq1 0 d1 1\n\nq1\t0   d2  -1\r\nq2 Q0 d1 3\n")
-    assert read_qrels(path) == {"q1": {"d1": 1, "d2": -1}, "q2": {"d1": 3}}
+    path = write(tmp_path, "q.txt", "# judged by hand\nq1 0 d1 1\n\nq1\t0   d2  0\r\nq2 Q0 d1 3\n")
+    assert read_qrels(path) == {"q1": {"d1": 1, "d2": 0}, "q2": {"d1": 3}}
 
 
 def test_beir_tsv_qrels(tmp_path: Path) -> None:
@@ -59,6 +59,7 @@ def test_beir_tsv_qrels(tmp_path: Path) -> None:
         ("q1 0 d1 1\nq1 0 d1 2\n", 2, "lists document 'd1' again (first on line 1)"),
         ("query-id\tcorpus-id\tscore\nq1\td1\n", 2, "expected 3 tab-separated columns"),
         ("query-id\tcorpus-id\tscore\nq1\td1\t1.5\n", 2, "integer grade, found '1.5'"),
+        ("q1 0 d1 1\nq1 0 d2 -2\n", 2, "expected a relevance grade >= 0, found -2"),
     ],
 )
 def test_qrels_errors_name_file_and_line(

@@ -30,7 +30,7 @@ from ragbench.data.problems import (
     jsonl_records,
     text_lines,
 )
-from ragbench.data.trec import unwritable
+from ragbench.data.trec import grade_problem, unwritable
 from ragbench.errors import ConfigError, DataError
 from ragbench.types import Document, Query
 
@@ -233,6 +233,10 @@ def _qrels_rows(file: Path, log: ProblemLog) -> list[_Row]:
             grade = int(fields[2])
         except ValueError:
             log.error(file, number, f"expected an integer score, found {fields[2]!r}")
+            continue
+        why = grade_problem(grade)
+        if why is not None:
+            log.error(file, number, why)
             continue
         rows.append(_Row(number, fields[0], fields[1], grade))
     return rows

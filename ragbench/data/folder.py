@@ -88,7 +88,7 @@ def _read(
         raise DataError(f"{file}: {missing} (the queries file for {root})")
     if top.is_file() and not _same(top, file):
         log.warn(top, None, f"not read: the queries come from {file}")
-    documents = read_corpus(root, log, DirectoryLoader(root, exclude=(top, file)))
+    documents = read_corpus(root, log, DirectoryLoader(root, skip_files=(top, file)))
     return documents, read_queries(file, documents, f"{root.resolve().name}/", log), file
 
 

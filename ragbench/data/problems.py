@@ -6,7 +6,8 @@ log (the loaders') raises ``DataError`` at the first one. A *warning* is a probl
 survives (a judged document missing from the corpus, a duplicate id): loaders keep going and
 log one summary, ``ragbench.data.validate`` lists them all. ``text_lines`` and
 ``jsonl_records`` read line-based files, ``csv_records`` CSV files with a header, and record what
-they cannot read; ``check_corpus`` and ``check_judged`` record what stops any run of a whole set
+they cannot read (a JSON object naming a key twice included: ``loads_json``);
+``check_corpus`` and ``check_judged`` record what stops any run of a whole set
 (no documents, an id no run file can hold, a split without a relevant judgement), so that
 validating a set and running it agree.
 """
@@ -28,6 +29,7 @@ from ragbench.errors import DataError
 from ragbench.types import Document
 
 __all__ = [
+    "DuplicateKey",
     "Problem",
     "ProblemLog",
     "Severity",
@@ -35,6 +37,7 @@ __all__ = [
     "check_judged",
     "csv_records",
     "jsonl_records",
+    "loads_json",
     "text_lines",
 ]
 
@@ -112,14 +115,44 @@ def text_lines(path: Path, log: ProblemLog) -> Iterator[tuple[int, str]]:
         log.error(path, None, f"cannot read the file: {exc}")
 
 
+class DuplicateKey(ValueError):
+    """A JSON object naming one key twice (``json`` would keep the last value silently)."""
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The object of ``pairs``, or ``DuplicateKey`` naming a key it gives twice."""
+    found = dict(pairs)
+    if len(found) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(
+                    f"key {key!r} given twice in one object; JSON would keep only the last"
+                )
+            seen.add(key)
+    return found
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique)  # built once: as fast as json.loads
+
+
+def loads_json(text: str) -> Any:
+    """``json.loads`` without silent losses: ``DuplicateKey`` for an object naming a key twice
+    (``json.JSONDecodeError`` for text that is no JSON)."""
+    return _DECODER.decode(text)
+
+
 def jsonl_records(path: Path, log: ProblemLog) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) of each non-blank line of a JSON Lines file; lines that are not
     a JSON object are recorded as errors and skipped."""
     for number, line in text_lines(path, log):
         try:
-            record = json.loads(line)
+            record = loads_json(line)
         except json.JSONDecodeError as exc:
             log.error(path, number, f"invalid JSON: {exc.msg} at column {exc.colno}")
+            continue
+        except DuplicateKey as exc:
+            log.error(path, number, str(exc))
             continue
         if isinstance(record, dict):
             yield number, record

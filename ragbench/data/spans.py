@@ -50,7 +50,7 @@ from typing import Any
 from ragbench.data.cuts import CUTS_FILE, apply_cuts, read_cuts, write_cuts
 from ragbench.data.labeled import Evidence, LabeledSet
 from ragbench.data.problems import Problem, ProblemLog, check_corpus, check_judged, jsonl_records
-from ragbench.data.trec import unwritable
+from ragbench.data.trec import grade_problem, unwritable
 from ragbench.errors import DataError, RagbenchError
 from ragbench.text.loaders import BaseLoader, DirectoryLoader
 from ragbench.types import Document, Query
@@ -164,7 +164,16 @@ def labeled_set(
 
 
 def check_splits(judged: list[JudgedQuery], queries_file: Path, log: ProblemLog) -> None:
-    """Record each split of ``judged`` without a relevant judgement (``check_judged``)."""
+    """Record a queries file without a judged query, when no error of its lines says why (a
+    run of any split would have none), and each split of ``judged`` without a relevant
+    judgement (``check_judged``)."""
+    said = any(p.file == str(queries_file) and p.severity == "error" for p in log.problems)
+    if not judged and not said:
+        log.error(
+            queries_file,
+            None,
+            "no judged queries: no line holds a query with evidence, qrels or relevant documents",
+        )
     for split in sorted({q.split for q in judged}):
         qrels = {q.query.id: q.qrels for q in judged if q.split == split}
         check_judged(log, queries_file, qrels, split)
@@ -309,6 +318,9 @@ def _query(record: dict[str, Any], at: _Where, corpus: _Corpus) -> JudgedQuery |
     if fields is None:
         return None
     qtype, split, answer, items, metadata = fields
+    if not split.strip():
+        at.error(f"{what}: expected a split name under 'split' (default 'test'), found {split!r}")
+        return None
     question = _spelling(record, at, what, "query", "text")
     judgements = _spelling(record, at, what, "relevant", "qrels")
     if question is None or judgements is None:
@@ -408,7 +420,7 @@ def _evidence(item: object, index: int, qid: str, at: _Where, corpus: _Corpus) -
         at.error(f"{what}: document {doc_id!r} is not in {corpus.folder}{corpus.hint(doc_id)}")
         return None
     doc = corpus.docs[doc_id]
-    if grade is None or grade < 1:
+    if grade is None or grade < 1 or grade_problem(grade) is not None:
         at.error(f"{what}: expected a positive integer 'grade', found {item.get('grade')!r}")
         return None
     span = _span(item, doc, f"{what} in {doc_id!r}", at)
@@ -508,10 +520,10 @@ def _qrels(
         return None
     for doc_id, value in grades.items():
         grade = _grade(value)
-        if grade is None:
-            at.error(
-                f"query {qid!r}: {key}[{doc_id!r}]: expected an integer grade, found {value!r}"
-            )
+        bad = f"expected an integer grade, found {value!r}"
+        why = bad if grade is None else grade_problem(grade)
+        if grade is None or why is not None:
+            at.error(f"query {qid!r}: {key}[{doc_id!r}]: {why}")
             return None
         if doc_id in qrels:
             if listed:  # a listed id graded by its evidence

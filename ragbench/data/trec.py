@@ -13,7 +13,8 @@ writers percent-encode whitespace, ``%`` and ``#`` (a comment in qrels) in every
 ``%25``, ``%23``, UTF-8 bytes for other whitespace) and readers decode exactly those escapes in
 TREC qrels and runs alike (BEIR's TSV is read as it is), so ids round-trip and files from
 elsewhere keep any other ``%``. Only an empty id or one that is not valid UTF-8 (``unwritable``)
-cannot be written.
+cannot be written. A relevance grade is an integer from 0 up (``grade_problem``), in every
+format that holds grades.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ import pandas as pd
 
 from ragbench.data.labeled import Qrels
 from ragbench.errors import DataError
+from ragbench.registry import MAX_INT
 from ragbench.types import Ranking
 
 __all__ = [
     "Run",
+    "grade_problem",
     "qrels_from_frame",
     "qrels_to_frame",
     "ranking_to_run",
@@ -57,6 +60,19 @@ _ESCAPED = re.compile(r"[\s%#]")
 # one percent-encoded UTF-8 character: a lead byte and up to three continuation bytes
 _ESCAPE = re.compile(r"%[0-9A-F]{2}(?:%[89AB][0-9A-F]){0,3}")
 V = TypeVar("V")
+
+
+def grade_problem(grade: int) -> str | None:
+    """Why the integer ``grade`` is no relevance grade (one is 0 or more, within int64), or
+    None when it is one."""
+    if grade < 0:
+        return (
+            f"expected a relevance grade >= 0, found {grade} (marks such as TREC's -1 for "
+            "unjudged and -2 for junk: make them 0 or leave them out)"
+        )
+    if grade > MAX_INT:
+        return f"expected a relevance grade of at most {MAX_INT:,}, found {grade}"
+    return None
 
 
 def _lines(path: PathLike) -> Iterator[tuple[int, str]]:
@@ -104,6 +120,9 @@ def read_qrels(path: PathLike) -> Qrels:
             value = int(grade)
         except ValueError:
             raise DataError(f"{where}: expected an integer grade, found {grade!r}") from None
+        why = grade_problem(value)
+        if why is not None:
+            raise DataError(f"{where}: {why}")
         _add(qrels, seen, (qid, docid), value, where, number)
     return qrels
 
@@ -272,8 +291,11 @@ def qrels_from_frame(
     for BEIR's column names pass ``query="query-id", doc="corpus-id", grade="score"``)."""
     _check_columns(frame, "qrels", (query, doc, grade))
     values = frame[grade]
-    if not pd.api.types.is_numeric_dtype(values) or (values.isna() | (values % 1 != 0)).any():
-        raise DataError(f"qrels frame: column {grade!r} must hold integer grades")
+    if (
+        not pd.api.types.is_numeric_dtype(values)
+        or (values.isna() | (values % 1 != 0) | (values < 0)).any()
+    ):
+        raise DataError(f"qrels frame: column {grade!r} must hold integer grades >= 0")
     grades: list[int] = values.astype("int64").tolist()
     return _nested(frame, "qrels", query, doc, grades)
 

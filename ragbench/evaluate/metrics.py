@@ -54,6 +54,7 @@ from ragbench.errors import ConfigError
 from ragbench.types import Ranking
 
 __all__ = [
+    "MAX_CUTOFF",
     "TIE_RTOL",
     "Cutoff",
     "Judgements",
@@ -90,6 +91,9 @@ _Value = TypeVar("_Value")
 _WORD = re.compile(r"[a-z_][a-z0-9_]*")
 _NAME = re.compile(r"[a-z_][a-z0-9_]*(?::[A-Za-z][A-Za-z0-9_]*)?")  # family or <namespace>:<Name>
 _PATTERN = re.compile(r"(?P<name>[a-z_][a-z0-9_]*)(?:@(?P<k>\d+)(?P<tok>tok)?)?")
+MAX_CUTOFF = 100_000
+"""The largest cutoff @K or token budget @Ntok of a metric, and depth of an evaluation: every
+ranking is an array that deep."""
 _FORMS = {"required": "{}@K", "optional": "{0}, {0}@K", "none": "{}", "budget": "{}@Ntok"}
 # modules registering built-in metrics that cannot live here, imported when a lookup misses
 # (popped from the end: span metrics, then answer metrics and the ragas namespace)
@@ -341,9 +345,14 @@ def parse_metric(spec: str | Metric) -> Metric:
     found = _lookup(_SPELLINGS, (match["name"], budget)) if match else None
     if match is None or (found is None and (match["name"], not budget) not in _SPELLINGS):
         raise ConfigError(f"unknown metric {spec!r}; allowed forms: {allowed_forms()}")
-    k = int(match["k"]) if match["k"] is not None else None
-    if k is not None and k < 1:
-        raise ConfigError(f"metric {spec!r}: the cutoff must be >= 1; allowed: {allowed_forms()}")
+    digits = match["k"]
+    short = digits is not None and len(digits.lstrip("0")) <= 6  # int() of 5,000 digits fails
+    k = None if digits is None else int(digits) if short else MAX_CUTOFF + 1
+    if k is not None and not 1 <= k <= MAX_CUTOFF:
+        raise ConfigError(
+            f"metric {spec!r}: the cutoff must be from 1 to {MAX_CUTOFF:,}; "
+            f"allowed: {allowed_forms()}"
+        )
     if found is None and budget:
         budgeted = ", ".join(s for s, with_budget in _SPELLINGS if with_budget)
         raise ConfigError(

@@ -29,7 +29,6 @@ from typing import Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -38,11 +37,12 @@ from pydantic import (
 
 from ragbench.errors import ConfigError
 from ragbench.evaluate.answers import needs
-from ragbench.evaluate.metrics import parse_metrics
+from ragbench.evaluate.metrics import MAX_CUTOFF, parse_metrics
 from ragbench.llm.client import LLMConfig, Price
 from ragbench.registry import (
     Axis,
     ComponentConfig,
+    ConfigModel,
     axes,
     component_field,
     components,
@@ -62,11 +62,7 @@ __all__ = [
 ]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class DatasetSpec(_Strict):
+class DatasetSpec(ConfigModel):
     """Where the labeled set is: a path (relative to the config file) or a bundled name, and for
     a plain folder of documents, optionally its queries file (relative to the config file too;
     default: the folder's ``queries.jsonl``)."""
@@ -77,7 +73,7 @@ class DatasetSpec(_Strict):
     queries: str | None = None
 
 
-class EvaluationSpec(_Strict):
+class EvaluationSpec(ConfigModel):
     """How rankings are scored.
 
     ``depth`` is the ranking depth at the evaluated level; ``chunk_depth`` is how many chunks
@@ -96,8 +92,8 @@ class EvaluationSpec(_Strict):
 
     level: Literal["document", "chunk", "span"] = "document"
     metrics: tuple[str, ...] = ("ndcg@10", "recall@100", "mrr@10")
-    depth: int = Field(100, gt=0)
-    chunk_depth: int | None = Field(None, gt=0)
+    depth: int = Field(100, gt=0, le=MAX_CUTOFF)
+    chunk_depth: int | None = Field(None, gt=0, le=MAX_CUTOFF)
     relevance_level: int = Field(1, ge=1)
     min_overlap: float = Field(0.0, ge=0, le=1)
     select_on: str | None = None
@@ -132,7 +128,7 @@ class EvaluationSpec(_Strict):
             raise ValueError(str(exc)) from None
 
 
-class LatencySpec(_Strict):
+class LatencySpec(ConfigModel):
     """The latency pass: ``queries`` sampled queries (0: no pass; seeded by ``seed``), each
     timed alone ``repeats`` times (the fastest counts), torch fixed at ``threads`` threads."""
 
@@ -142,7 +138,7 @@ class LatencySpec(_Strict):
     seed: int = 0
 
 
-class SearchSpec(_Strict):
+class SearchSpec(ConfigModel):
     """Which trials of the grid run: all (``grid``), ``n`` at random, or ``n`` chosen by TPE."""
 
     strategy: Literal["grid", "random", "tpe"] = "grid"
@@ -151,7 +147,7 @@ class SearchSpec(_Strict):
     objective: str | None = None
 
 
-class ExperimentConfig(_Strict):
+class ExperimentConfig(ConfigModel):
     """A whole experiment file (see README, "Sweeps", and ARCHITECTURE.md)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -199,6 +195,41 @@ class ExperimentConfig(_Strict):
 
 
 _STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe YAML without silent losses: a key given twice in one mapping is an error naming
+    where both are (YAML itself keeps the last one)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        marks: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE:
+                continue
+            key, mark = self.construct_object(key_node), key_node.start_mark
+            first = marks.setdefault(key, mark)
+            if first is not mark:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"key {key!r} given twice, on {_where(first, mark)}; YAML would keep only "
+                    "the last",
+                    mark,
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _where(first: yaml.Mark, second: yaml.Mark) -> str:
+    """Where two keys are: their lines, or their columns on one line."""
+    if first.line != second.line:
+        return f"lines {first.line + 1} and {second.line + 1}"
+    return f"line {first.line + 1}, columns {first.column + 1} and {second.column + 1}"
+
+
+def _load_yaml(text: str) -> Any:
+    """``text`` parsed as YAML by ``_Loader``."""
+    return yaml.load(text, Loader=_Loader)  # a SafeLoader, checking keys
 
 
 def _yaml_error(exc: yaml.YAMLError | RecursionError) -> tuple[str, str]:
@@ -221,7 +252,7 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
             f"--set {assignment!r}: expected KEY.PATH=VALUE, e.g. evaluation.depth=50"
         )
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = _load_yaml(raw) if raw.strip() else ""
     except (yaml.YAMLError, RecursionError) as exc:
         shown = assignment if len(assignment) <= 60 else assignment[:57] + "..."
         raise ConfigError(f"--set {shown!r}: invalid YAML value ({_yaml_error(exc)[1]})") from None
@@ -266,7 +297,7 @@ def load_config(
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
         try:
-            data = yaml.safe_load(text)
+            data = _load_yaml(text)
         except (yaml.YAMLError, RecursionError) as exc:
             line, reason = _yaml_error(exc)
             raise ConfigError(f"{path}:{line} invalid YAML ({reason})") from None

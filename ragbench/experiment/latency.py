@@ -3,9 +3,22 @@
 Quality is computed over every query as fast as the stages allow; latency is measured on a fixed
 sample of queries, one query at a time through the trial's query-time stages (its indexes
 loaded, nothing cached), after a warm-up, ``repeats`` times — each query's time per stage is the
-**minimum over the repeats**, the time it takes when nothing else gets in the way. Torch and the
-BLAS libraries run with a fixed number of threads during the pass (recorded; with 1, the work is
-on the measuring thread).
+**minimum over the repeats**, the time it takes when nothing else gets in the way.
+
+Every thread pool a model can run on has a fixed size during the pass (``threads``; with 1, the
+work is on the measuring thread), whether the model was loaded before the pass or by its
+warm-up — the first trial of a process that uses a model loads it there: torch's intra-op
+threads (process-wide, for the ops after the call, so they are fixed before the pass and again
+after the warm-up) and its inter-op threads (settable once per process, before any inter-op
+work: fixed at the first pass and left so; eager models do not use them), ONNX Runtime's
+sessions (a session keeps the threads it was created with: inside the pass the ONNX encoder
+runs a session of ``threads`` threads, ``ragbench.index.onnx.pinned_threads``), and the BLAS and
+OpenMP libraries' pools (threadpoolctl, when it is installed; without it they keep their
+default, which only environment variables read when the library loads could change — before
+numpy's import, long before a pass). What the pass ran with is recorded per trial
+(``LatencyReport.threads``, e.g. ``torch=1, torch-interop=1, onnxruntime=1, blas=1, openmp=1``:
+the backends loaded by the end of the pass). The quality pass keeps every core: its vectors are
+those of an unpinned run.
 
 Other processes get in the way by taking the CPU from the measuring thread. Two defences: a
 repeat during which the scheduler preempted the thread (an involuntary context switch) is run
@@ -36,7 +49,7 @@ import resource
 import sys
 import time
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from ragbench.index import onnx as onnx_backend
 from ragbench.retrieve.graph import Env, Execution, Plan
 from ragbench.retrieve.timed import cpu_wait
 
@@ -59,7 +73,7 @@ __all__ = [
     "other_cpu_share",
 ]
 
-FORMAT = 4
+FORMAT = 5
 """Version of the measurement (part of its cache key): a new way of measuring measures again."""
 
 CONTENTION = 0.2
@@ -76,7 +90,8 @@ class LatencyReport:
     total: list[float]
     cpu: list[float]
     repeats: int
-    threads: int | None
+    threads: str
+    """The thread pools the pass ran with, ``torch=1, onnxruntime=1, blas=1, ...``."""
     contention: float | None
     interrupted: float
     """Share of the timed repeats the scheduler interrupted (run again)."""
@@ -141,22 +156,72 @@ def machine() -> str:
     return f"{platform.node()} | {model} | {os.cpu_count()} cores"
 
 
-@contextmanager
-def _threads(threads: int | None) -> Iterator[int | None]:
-    """Torch's intra-op threads and the BLAS libraries' threads fixed to ``threads`` for the
-    block (torch when it is loaded); yields torch's thread count (None without torch)."""
-    from threadpoolctl import threadpool_limits
+class _Pinned:
+    """The thread pools of the loaded backends fixed to ``threads`` (None: left as they are);
+    ``pin`` fixes those loaded since its last call, ``restore`` gives back their counts (torch's
+    inter-op threads excepted: torch cannot change them again)."""
 
-    torch = sys.modules.get("torch")
-    previous = torch.get_num_threads() if torch is not None else None
-    if torch is not None and threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        with threadpool_limits(limits=threads):
-            yield int(torch.get_num_threads()) if torch is not None else None
-    finally:
-        if torch is not None and previous is not None:
-            torch.set_num_threads(previous)
+    def __init__(self, threads: int | None) -> None:
+        self.threads = threads
+        self._torch: int | None = None  # torch's intra-op threads before the pass
+        self._limits: list[Any] = []  # threadpoolctl's limiters, each restored in turn
+
+    def pin(self) -> None:
+        """Fix torch's threads (once it is loaded) and the loaded BLAS and OpenMP pools."""
+        if self.threads is None:
+            return
+        torch = sys.modules.get("torch")
+        if torch is not None and self._torch is None:
+            self._torch = torch.get_num_threads()
+            torch.set_num_threads(self.threads)
+            if torch.get_num_interop_threads() != self.threads:
+                with suppress(RuntimeError):  # inter-op work started, or set once already
+                    torch.set_num_interop_threads(self.threads)
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            return
+        self._limits.append(threadpool_limits(limits=self.threads))
+
+    def record(self) -> str:
+        """What the loaded backends run with now, ``torch=1, torch-interop=1, blas=1, ...``."""
+        found = []
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            found.append(f"torch={torch.get_num_threads()}")
+            found.append(f"torch-interop={torch.get_num_interop_threads()}")
+        if "onnxruntime" in sys.modules:
+            found.append(f"onnxruntime={onnx_backend.intra_op_threads()}")
+        try:
+            from threadpoolctl import threadpool_info
+        except ImportError:
+            return ", ".join([*found, "blas=default (no threadpoolctl)"])
+        pools: dict[str, int] = {}
+        for pool in threadpool_info():
+            api = str(pool["user_api"])
+            pools[api] = max(pools.get(api, 0), int(pool["num_threads"]))
+        return ", ".join(found + [f"{api}={n}" for api, n in sorted(pools.items())])
+
+    def restore(self) -> None:
+        """The pools' counts from before the first ``pin``."""
+        for limits in reversed(self._limits):
+            limits.restore_original_limits()
+        torch = sys.modules.get("torch")
+        if torch is not None and self._torch is not None:
+            torch.set_num_threads(self._torch)
+
+
+@contextmanager
+def _pinned(threads: int | None) -> Iterator[_Pinned]:
+    """Every backend's threads fixed to ``threads`` for the block: those loaded now, ONNX
+    Runtime's sessions, and — by calling ``pin`` again — those loaded in the block."""
+    pinned = _Pinned(threads)
+    with onnx_backend.pinned_threads(threads) if threads is not None else nullcontext():
+        try:
+            pinned.pin()
+            yield pinned
+        finally:
+            pinned.restore()
 
 
 @dataclass(frozen=True)
@@ -202,9 +267,11 @@ def measure(
     last: list[Execution | None] = [None for _ in queries]
     runs = interrupted = 0
     kept_wall = kept_wait = 0.0
-    with _threads(threads) as used:
-        if queries and len(known[0]) < len(timed):
-            _one(plan, env, inputs[0], queries[0])  # loads models and warms caches
+    with _pinned(threads) as pinned:
+        first = next((i for i, k in enumerate(known) if len(k) < len(timed)), None)
+        if first is not None:
+            _one(plan, env, inputs[first], queries[first])  # loads models and warms caches
+            pinned.pin()  # what loading the models brought in
         start, started = cpu_times(), time.perf_counter()
         for _ in range(repeats):
             for i, text in enumerate(queries):
@@ -228,6 +295,7 @@ def measure(
                         last[i] = execution
                         break
         contention = other_cpu_share(start, cpu_times(), time.perf_counter() - started)
+        used = pinned.record()
     for i, qid in enumerate(query_ids):
         ran = last[i]
         if ran is not None:

@@ -20,7 +20,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import cached_property
 from importlib import metadata
@@ -30,17 +30,19 @@ from typing import Any, Literal
 import pandas as pd
 from tqdm.auto import tqdm
 
+from ragbench import progress as progress_display
 from ragbench import telemetry
 from ragbench.endpoints import describe_endpoints
 from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.metrics import best_first, best_index, parse_metrics
 from ragbench.experiment.config import ExperimentConfig, Trial, expand, load_config, trial_of
+from ragbench.experiment.estimate import estimate
 from ragbench.experiment.executors import execute
 from ragbench.experiment.selection import select
 from ragbench.experiment.store import RUN_TABLES, RunStore, TrialResult
 from ragbench.experiment.tpe import tpe_trials
 from ragbench.experiment.trial import EXCERPT, Context, RunSpec, context
-from ragbench.index.cache import default_cache_root
+from ragbench.index.cache import writable_cache_root
 from ragbench.models import check_models
 
 __all__ = ["RunResult", "dry_run", "find_trial", "redundancy", "run"]
@@ -214,9 +216,9 @@ def run(
     _check_limit(limit_queries)
     cfg = config if isinstance(config, ExperimentConfig) else load_config(config)
     telemetry.setup(cfg.telemetry)  # a missing exporter package fails before anything runs
+    root = str(writable_cache_root(cache_root))
     store = RunStore(Path(out) if out is not None else Path("runs") / cfg.name)
     with store.hold():
-        root = str(cache_root or default_cache_root())
         token = uuid.uuid4().hex if remeasure_latency else None
         spec = RunSpec(cfg, limit_queries, root, remeasure=token)
         ctx = context(spec)
@@ -274,12 +276,12 @@ def run(
         bar = tqdm(
             total=total, initial=len(done), desc="trials", unit="trial", disable=not progress
         )
-        for result in results:
-            store.commit(result, ctx.query_ids)
-            bar.update(1)
-            bar.set_postfix_str(result.label[:60])
-            if on_trial is not None:
-                on_trial(result)
+        with progress_display.listen(_Postfix(bar)):
+            for result in results:
+                store.commit(result, ctx.query_ids)
+                bar.update(1)
+                if on_trial is not None:
+                    on_trial(result)
         bar.close()
         if cfg.evaluation.selects:
             manifest["selection"] = select(spec, trials, store)
@@ -287,6 +289,22 @@ def run(
         manifest["seconds"] = time.perf_counter() - started
         store.write_manifest(manifest)
         return RunResult(store.path)
+
+
+class _Postfix:
+    """Shows the activity as the trial bar's postfix — the running trial's label cut short,
+    then what it does — new work at once, a moving count at most twice a second."""
+
+    def __init__(self, bar: Any) -> None:
+        self.bar, self.shown, self.what = bar, 0.0, [""]
+
+    def __call__(self, now: progress_display.Activity) -> None:
+        if now.what == self.what and time.monotonic() - self.shown < 0.5:
+            return  # a count moved on: shown twice a second; new work is shown at once
+        self.shown, self.what = time.monotonic(), list(now.what)
+        if now.what and len(now.what[0]) > 48:
+            now = replace(now, what=[now.what[0][:45] + "...", *now.what[1:]])
+        self.bar.set_postfix_str(now.line())
 
 
 def find_trial(run: str | Path | RunStore, wanted: str) -> Trial:
@@ -348,23 +366,33 @@ def dry_run(
     cache_root: str | Path | None = None,
 ) -> pd.DataFrame:
     """The trials a config would run, per stage whether its artifact is already cached, the
-    endpoints (with the credential each is sent) the trial calls, and why a trial cannot rank
-    differently from another one (``redundancy``; "-" when it can)."""
+    work still to do and its estimated seconds and LLM calls on this machine
+    (``ragbench.experiment.estimate``: it computes the cheap chunkings and measures each
+    model on a sample, all kept in the cache), the endpoints (with the credential each is
+    sent) the trial calls, and why a trial cannot rank differently from another one
+    (``redundancy``; "-" when it can)."""
     _check_limit(limit_queries)
     cfg = config if isinstance(config, ExperimentConfig) else load_config(config)
-    check_models((t.configs for t in expand(cfg)), cfg.sweep)
-    ctx = context(RunSpec(cfg, limit_queries, str(cache_root or default_cache_root())))
+    trials = expand(cfg)
+    check_models((t.configs for t in trials), cfg.sweep)
+    ctx = context(RunSpec(cfg, limit_queries, str(writable_cache_root(cache_root))))
+    cached = [
+        {s.name: ctx.cache.has(s.area, s.key) for s in ctx.plan(t).stages.values()} for t in trials
+    ]
+    costs = estimate(ctx, trials)
     rows = []
-    for trial in expand(cfg):
-        stages = ctx.plan(trial).stages.values()
-        cached = {stage.name: ctx.cache.has(stage.area, stage.key) for stage in stages}
+    for trial, hits, cost in zip(trials, cached, costs, strict=True):
         rows.append(
             {
                 "trial_id": trial.id,
                 "label": trial.label,
-                "stages": len(cached),
-                "cached": sum(cached.values()),
-                "missing": ", ".join(s for s, hit in cached.items() if not hit) or "-",
+                "stages": len(hits),
+                "cached": sum(hits.values()),
+                "missing": ", ".join(s for s, hit in hits.items() if not hit) or "-",
+                "work": "; ".join(cost.work) or "-",
+                "estimated_s": round(cost.seconds, 1),
+                "llm_calls": cost.llm_calls,
+                "llm_usd": cost.dollars,
                 "endpoints": describe_endpoints(trial.configs),
                 "redundant": redundancy(trial.effective()) or "-",
             }

@@ -27,6 +27,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -217,7 +218,9 @@ class RunStore:
     def hold(self) -> Iterator[None]:
         """Hold the run directory for this process while it writes (an inter-process lock,
         released on exit or when the process dies); ``ConfigError`` at once when another
-        process holds it."""
+        process holds it. A run directory it made that is still empty when an error ends the
+        hold is removed: refused input leaves nothing behind."""
+        made = not self.path.exists()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -232,8 +235,12 @@ class RunStore:
             ) from None
         try:
             yield
-        finally:
+        except BaseException:
             lock.release()
+            if made and [p.name for p in self.path.iterdir()] == [".lock"]:
+                shutil.rmtree(self.path, ignore_errors=True)
+            raise
+        lock.release()
 
     def metrics(self) -> list[str]:
         """The metrics the run evaluated, in config order (those it had to skip left out)."""

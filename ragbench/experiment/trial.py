@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ragbench import telemetry
+from ragbench import progress, telemetry
 from ragbench.data import load_dataset
 from ragbench.data.catalog import resolve_dataset
 from ragbench.data.labeled import LabeledSet
@@ -215,7 +215,10 @@ def run_trial(spec: RunSpec, trial: Trial) -> TrialResult:
     """Run one trial in this process (the function executors ship to workers), in a ``trial``
     telemetry span whose children are its stages (``ragbench.telemetry``)."""
     telemetry.setup(spec.config.telemetry)
-    with telemetry.span("trial", trial_id=trial.id, label=trial.label) as span:
+    with (
+        telemetry.span("trial", trial_id=trial.id, label=trial.label) as span,
+        progress.doing(trial.label),
+    ):
         result = _run_trial(spec, trial)
         span.set(
             status=result.status, cache_hits=result.cache_hits, cache_misses=result.cache_misses
@@ -293,7 +296,10 @@ def _latency(ctx: Context, execution: Execution, remeasure: str | None) -> Laten
         measured.append(True)
         provided = {s.name: execution[s.name] for s in plan.index_stages()}
         texts = [text for _, text in ctx.latency_sample]
-        with telemetry.suppressed():  # each query runs alone, repeatedly: no span per stage
+        with (
+            telemetry.suppressed(),  # each query runs alone, repeatedly: no span per stage
+            progress.doing(f"latency pass over {len(ids)} queries", whole=True),
+        ):
             shared = ctx.latency_shared.setdefault(remeasure, {})
             return measure(
                 plan,

@@ -39,6 +39,7 @@ from typing import Any, BinaryIO, TypeVar, cast
 
 import numpy as np
 
+from ragbench.errors import writable_folder
 from ragbench.protocols import Embedder, Role
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "EmbeddingCache",
     "StageCache",
     "default_cache_root",
+    "writable_cache_root",
 ]
 
 T = TypeVar("T")
@@ -66,6 +68,16 @@ def default_cache_root() -> Path:
     """``$RAGBENCH_CACHE`` or ``~/.cache/ragbench``."""
     env = os.environ.get("RAGBENCH_CACHE")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "ragbench"
+
+
+def writable_cache_root(root: str | Path | None = None) -> Path:
+    """``root`` (default: ``default_cache_root()``) once checked to be a folder this process
+    can write into: else ``ConfigError`` naming it (as RAGBENCH_CACHE when it comes from
+    there), before any work starts."""
+    if root is not None:
+        return writable_folder(root, "cache root")
+    name = "RAGBENCH_CACHE" if os.environ.get("RAGBENCH_CACHE") else "cache root"
+    return writable_folder(default_cache_root(), name)
 
 
 @contextlib.contextmanager
@@ -400,9 +412,11 @@ class StageCache:
         compute: Callable[[], T],
         save: Callable[[T, Path], None],
         load: Callable[[Path], T],
+        own_seconds: Callable[[], float] | None = None,
     ) -> T:
         """The artifact's value: from memory, from disk (verified), or computed (timed) and
-        stored."""
+        stored; ``own_seconds`` gives the time to record when ``compute`` also computes the
+        artifacts it needs (theirs are recorded with them, not again here)."""
         if (stage, key) in self._memo:
             self.hits += 1
             return self._memo[(stage, key)]
@@ -411,7 +425,7 @@ class StageCache:
         def build(tmp: Path) -> dict[str, float]:
             started = time.perf_counter()
             value = compute()
-            seconds = time.perf_counter() - started
+            seconds = time.perf_counter() - started if own_seconds is None else own_seconds()
             save(value, tmp)
             fresh.append((value, seconds))
             return {"seconds": seconds}

@@ -21,7 +21,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,6 +34,7 @@ from pydantic import (
     model_serializer,
 )
 
+from ragbench import progress
 from ragbench.errors import RagbenchError
 from ragbench.index import onnx as onnx_backend
 from ragbench.llm.client import LLMClient, LLMError, LLMOptions
@@ -215,41 +216,58 @@ class SentenceTransformerEmbedder:
         return identity
 
     def embed(self, texts: Sequence[str], role: Role = "document") -> np.ndarray:
-        """Encode ``texts`` (sorted by length internally, batched) into float32 rows."""
+        """Encode ``texts`` (sorted by length internally, batched) into float32 rows; the
+        texts done are counted for the progress display (``ragbench.progress``)."""
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         prompt = self.config.query_prompt if role == "query" else self.config.document_prompt
-        if self.config.backend == "onnx":
-            encoder = self.encoder
-            started = time.perf_counter()
-            vectors = encoder.encode(
-                texts,
-                prompt=prompt,
-                max_seq_length=self.max_seq_length,
-                normalize=self.config.normalize,
-                batch_size=self.config.batch_size,
-                progress=len(texts) > 10 * self.config.batch_size,
-            )
-        else:
-            model = self.model
-            previous = model.max_seq_length
-            model.max_seq_length = self.max_seq_length
-            started = time.perf_counter()
-            try:
-                vectors = model.encode(
-                    list(texts),
+        what = f"embedding with {self.config.model}"
+        with progress.counting(what, len(texts), "texts") as advance:
+            if self.config.backend == "onnx":
+                encoder = self.encoder
+                started = time.perf_counter()
+                vectors = encoder.encode(
+                    texts,
+                    prompt=prompt,
+                    max_seq_length=self.max_seq_length,
+                    normalize=self.config.normalize,
                     batch_size=self.config.batch_size,
-                    normalize_embeddings=self.config.normalize,
-                    prompt=prompt or None,
-                    convert_to_numpy=True,
-                    show_progress_bar=len(texts) > 10 * self.config.batch_size,
+                    advance=advance,
                 )
-            finally:
-                model.max_seq_length = previous
+            else:
+                model = self.model
+                started = time.perf_counter()
+                vectors = self._encode(model, texts, prompt, advance)
         elapsed = time.perf_counter() - started
         self.stats.add(len(texts), role, elapsed)
         log.debug("embedded %d texts in %.2fs", len(texts), elapsed)
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def _encode(
+        self, model: Any, texts: Sequence[str], prompt: str, advance: Callable[[int], None]
+    ) -> np.ndarray:
+        """Torch vectors of ``texts``, encoded in parts of 4 batches taken in the model's own
+        length order (so its batches are those of one call) to count progress between them."""
+        order = np.argsort([-len(t) for t in texts])  # sentence-transformers' order
+        step = self.config.batch_size * 4
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        previous = model.max_seq_length
+        model.max_seq_length = self.max_seq_length
+        try:
+            for start in range(0, len(texts), step):
+                rows = order[start : start + step]
+                out[rows] = model.encode(
+                    [texts[i] for i in rows],
+                    batch_size=self.config.batch_size,
+                    normalize_embeddings=self.config.normalize,
+                    prompt=prompt or None,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+                advance(len(rows))
+        finally:
+            model.max_seq_length = previous
+        return out
 
 
 class HashingConfig(ComponentConfig):

@@ -40,7 +40,10 @@ the pooling excludes them), and vectors are L2-normalised when asked or when the
 ``_BATCH_TOKENS`` padded tokens (or ``batch_size × max_seq_length`` when smaller; short texts
 go many to a batch, long ones few), which wastes little on padding and keeps a batch's
 activations in cache. Sessions use every usable core
-(``intra_op_num_threads``) and ONNX Runtime's full graph optimisation.
+(``intra_op_num_threads``) and ONNX Runtime's full graph optimisation. A session keeps the
+threads it was created with, so within ``pinned_threads(n)`` (the latency pass) an encoder runs
+a session of ``n`` intra-op threads, created on first use and kept beside the default one (the
+model's weights twice in memory; the vectors equal within float rounding).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ import logging
 import os
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -71,7 +74,9 @@ __all__ = [
     "OnnxPipeline",
     "Quantize",
     "exported_model",
+    "intra_op_threads",
     "load_encoder",
+    "pinned_threads",
 ]
 
 log = logging.getLogger(__name__)
@@ -96,6 +101,9 @@ _BATCH_TOKENS = 1024  # padded tokens per batch: on 2 AVX-512 cores, 1k beat 2k 
 
 exports = 0
 """Exports this process has built (tests read it: a second embedder must reuse the first's)."""
+
+_pinned: int | None = None
+"""Intra-op threads of the sessions encoders run, while ``pinned_threads`` holds them."""
 
 
 class OnnxBackendError(RagbenchError):
@@ -354,12 +362,30 @@ def _export(name: str, revision: str | None, quantize: Quantize, out: Path) -> N
     pipeline.write(out)
 
 
+@contextlib.contextmanager
+def pinned_threads(threads: int) -> Iterator[None]:
+    """Encoders run their model on sessions of ``threads`` intra-op threads (one inter-op) in
+    the block, in every thread of the process, like torch's thread count."""
+    global _pinned
+    previous, _pinned = _pinned, threads
+    try:
+        yield
+    finally:
+        _pinned = previous
+
+
+def intra_op_threads(threads: int | None = None) -> int:
+    """Intra-op threads of a session created now: the pinned count (``pinned_threads``), else
+    ``threads``, else every usable core."""
+    return _pinned or threads or _usable_cores()
+
+
 def _session(path: Path, threads: int | None = None) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = threads or _usable_cores()
+    options.intra_op_num_threads = intra_op_threads(threads)
     options.inter_op_num_threads = 1
     options.log_severity_level = 3  # errors only
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
@@ -440,11 +466,23 @@ class OnnxEncoder:
         from transformers import AutoTokenizer
 
         self.directory = directory
+        self.threads = threads
         self.pipeline = OnnxPipeline.read(directory)
         self.tokenizer = AutoTokenizer.from_pretrained(str(directory / _TOKENIZER_DIR))
-        self.session = _session(directory / _MODEL_FILE, threads)
+        self._sessions = {intra_op_threads(threads): _session(directory / _MODEL_FILE, threads)}
+        self._sessions_lock = threading.Lock()
         self.pad_id = int(self.tokenizer.pad_token_id or 0)
         self._prompt_lengths: dict[tuple[str, int], int] = {}
+
+    @property
+    def session(self) -> Any:
+        """The ONNX Runtime session of ``intra_op_threads(self.threads)`` threads (the pinned
+        count inside ``pinned_threads``), created on first use and kept."""
+        threads = intra_op_threads(self.threads)
+        with self._sessions_lock:
+            if threads not in self._sessions:
+                self._sessions[threads] = _session(self.directory / _MODEL_FILE, threads)
+            return self._sessions[threads]
 
     def tokenize(self, texts: Sequence[str], max_seq_length: int) -> list[list[int]]:
         """Token ids of ``texts``, truncated to ``max_seq_length`` as sentence-transformers
@@ -478,12 +516,11 @@ class OnnxEncoder:
         max_seq_length: int | None = None,
         normalize: bool = True,
         batch_size: int = 32,
-        progress: bool = False,
+        advance: Callable[[int], object] | None = None,
     ) -> np.ndarray:
         """Float32 ``(n, dimension)`` vectors of ``texts`` (prompt prepended to each); batches
-        hold at most ``_BATCH_TOKENS`` (or ``batch_size × max_seq_length``) padded tokens."""
-        from tqdm.auto import tqdm
-
+        hold at most ``_BATCH_TOKENS`` (or ``batch_size × max_seq_length``) padded tokens;
+        ``advance`` hears the texts of each batch done."""
         p = self.pipeline
         length = max_seq_length or p.max_seq_length
         out = np.zeros((len(texts), p.dimension), dtype=np.float32)
@@ -492,13 +529,12 @@ class OnnxEncoder:
         ids = self.tokenize([prompt + t for t in texts] if prompt else texts, length)
         skip = 0 if (p.include_prompt or not prompt) else self.prompt_length(prompt, length)
         budget = max(length, min(_BATCH_TOKENS, batch_size * length))
-        bar = tqdm(total=len(texts), desc="Batches", unit="text", disable=not progress)
-        with bar:
-            for rows in _batches([len(x) for x in ids], budget):
-                feed, mask = self._feed([ids[i] for i in rows])
-                tokens = self.session.run([_OUTPUT], feed)[0]
-                out[rows] = _pool(tokens, mask, p.pooling, skip)
-                bar.update(len(rows))
+        for rows in _batches([len(x) for x in ids], budget):
+            feed, mask = self._feed([ids[i] for i in rows])
+            tokens = self.session.run([_OUTPUT], feed)[0]
+            out[rows] = _pool(tokens, mask, p.pooling, skip)
+            if advance is not None:
+                advance(len(rows))
         if normalize or p.normalize:
             norms = np.linalg.norm(out, axis=1, keepdims=True)
             np.divide(out, np.maximum(norms, 1e-12), out=out)

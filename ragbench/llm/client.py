@@ -35,11 +35,12 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ragbench.endpoints import EndpointOptions, is_loopback
 from ragbench.errors import RagbenchError
 from ragbench.llm.cache import LLMCache
+from ragbench.registry import ConfigModel
 
 __all__ = ["Completion", "LLMClient", "LLMConfig", "LLMError", "LLMOptions", "Price", "Usage"]
 
@@ -48,10 +49,8 @@ class LLMError(RagbenchError):
     """An endpoint failed after its retries, or returned something unusable."""
 
 
-class Price(BaseModel):
+class Price(ConfigModel):
     """US dollars per million tokens."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     input: float = Field(ge=0)
     output: float = Field(ge=0)
@@ -77,8 +76,6 @@ class LLMOptions(EndpointOptions):
 
 class LLMConfig(LLMOptions):
     """An OpenAI-compatible model on its own (e.g. ``evaluation.llm``, the ragas judge)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 @dataclass(frozen=True)

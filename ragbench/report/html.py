@@ -214,14 +214,16 @@ def _chunks(items: list[dict]) -> str:
 
 
 def _drilldown(report: Report) -> str:
-    if report.best == report.baseline:
-        return "<p>The baseline is the best trial; no drill-down.</p>"
+    against = report.contender
+    if against is None:
+        return "<p>One trial; no drill-down.</p>"
+    role = "Baseline" if against == report.baseline else "Runner-up (the baseline is the best)"
     frame = report.drilldown(n=8)
     if frame.empty:
-        return "<p>The best trial and the baseline agree on every query.</p>"
-    base, best = report.label(report.baseline), report.label(report.best)
+        return f"<p>The best trial and the {role.split()[0].lower()} agree on every query.</p>"
+    base, best = report.label(against), report.label(report.best)
     parts = [
-        f"<p>Baseline <code>{_e(base)}</code> vs best <code>{_e(best)}</code> on "
+        f"<p>{_e(role)} <code>{_e(base)}</code> vs best <code>{_e(best)}</code> on "
         f"{_e(report.metric)}.</p>"
     ]
     rows: Iterable[Any] = frame.itertuples()  # named tuples of the drill-down's columns

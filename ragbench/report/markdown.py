@@ -71,7 +71,14 @@ def recommendation_line(report: Report) -> str:
     latency is within the baseline's (or the latency budget); trials tied on the metric are
     shown as a tie (``tie: A and B at 0.7312``), never as a silent pick."""
     pick = report.recommendation()
-    line = f"- **Recommendation**: best overall {_pick(report, pick.best, pick.tied)}"
+    shown = _pick(report, pick.best, pick.tied, pick.then or report.metric)
+    line = f"- **Recommendation**: best overall {shown}"
+    if pick.then is not None:
+        first = float(report.stats.loc[report.metric]["mean"][pick.best])
+        line += (
+            f", the best on {md_text(pick.then)} of the {len(pick.among)} trials "
+            f"{md_text(report.metric)} cannot separate ({md_text(report.metric)} {first:.4f})"
+        )
     if pick.bound_ms is None:
         return line + "; the run measured no latency, so there is no pick within a latency bound."
     bound = (
@@ -86,10 +93,10 @@ def recommendation_line(report: Report) -> str:
     return line + f"; best within {bound}: {_pick(report, pick.within, pick.tied_within)}."
 
 
-def _pick(report: Report, trial_id: str, tied: tuple[str, ...]) -> str:
-    """A picked trial with its mean and p50 latency; for a tie, every tied trial, and which
-    of them is the fastest when latency separates them."""
-    metric = report.metric
+def _pick(report: Report, trial_id: str, tied: tuple[str, ...], metric: str | None = None) -> str:
+    """A picked trial with its mean on ``metric`` (default: the primary) and p50 latency; for
+    a tie, every tied trial, and which of them is the fastest when latency separates them."""
+    metric = metric or report.metric
     mean = float(report.stats.loc[metric]["mean"][trial_id])
     latency = report.trials.set_index("trial_id").get("latency.total.p50_ms")
     ms = latency if latency is not None else pd.Series(dtype=float)
@@ -103,6 +110,14 @@ def _pick(report: Report, trial_id: str, tied: tuple[str, ...]) -> str:
     if p50 == p50 and others.notna().all() and bool((others > p50).all()):
         return shown + f"; the fastest in a {tie})"
     return f"{tie} ({metric}; latency does not separate them)"
+
+
+def answer_lines(report: Report, collection: str = "default") -> list[str]:
+    """What a terminal shows at the end of a sweep, as plain text: the recommendation, how
+    sure it is, whether the labels were generated, and the command that deploys the pick."""
+    lines = [recommendation_line(report), confidence_line(report), *labels_line(report)]
+    plain = [line.removeprefix("- ").replace("**", "").replace("`", "") for line in lines]
+    return [*plain, "", f"deploy:        {report.deploy_command(collection)}"]
 
 
 def confidence_line(report: Report) -> str:
@@ -188,7 +203,7 @@ def _latency_notes(trials: pd.DataFrame) -> list[str]:
     lines = [
         f"- Latency: {int(first['latency.queries'])} sampled queries, each alone, the fastest "
         f"of {int(first['latency.repeats'])} repeats less the time spent waiting for a CPU"
-        + (f", torch at {int(threads)} thread(s)" if threads == threads and threads else "")
+        + (f", thread pools ({md_text(str(threads))})" if threads == threads and threads else "")
         + f"; measured {', '.join(when)} on {md_text('; '.join(machines))} "
         "(cached: `ragbench run --remeasure-latency` measures again)."
     ]
@@ -238,10 +253,11 @@ def render_markdown(report: Report, images: list[str]) -> str:
         ]
     if images:
         lines += ["## Plots", ""] + [f"![{name}](plots/{name}.png)" for name in images] + [""]
-    drill = report.drilldown(n=5) if report.best != report.baseline else None
-    if drill is not None and not drill.empty:
+    drill = report.drilldown(n=5)
+    if not drill.empty:
+        against = "the baseline" if report.contender == report.baseline else "the runner-up"
         lines += [
-            f"## Queries where {md_code(report.label(report.best))} and the baseline differ most",
+            f"## Queries where {md_code(report.label(report.best))} and {against} differ most",
             "",
         ]
         rows: Iterable[Any] = drill.itertuples()  # named tuples of the drill-down's columns
@@ -249,7 +265,7 @@ def render_markdown(report: Report, images: list[str]) -> str:
             lines.append(f"- {md_code(row.query_id)} ({row.delta:+.3f}): {md_text(row.query)}")
             for name, answer in (
                 ("reference answer", row.gold["reference"]),
-                ("baseline answer", row.answer_a),
+                (f"{against.removeprefix('the ')} answer", row.answer_a),
                 ("best answer", row.answer_b),
             ):
                 if answer is not None:

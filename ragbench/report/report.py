@@ -64,7 +64,9 @@ class Recommendation:
     measured no latency. A tie is not a pick: ``tied`` (``tied_within``) holds every trial tied
     with ``best`` (``within``) on the metric, itself included, when there is more than one;
     ``best`` and ``within`` are then the fastest of them (the first in run order when latency
-    does not separate them either)."""
+    does not separate them either). With a second metric (``then``, ``--select``), ``best`` is
+    the best on it among ``among``: the trials the primary metric cannot separate (its
+    bootstrap leaders, when more than one)."""
 
     metric: str
     best: str
@@ -73,6 +75,8 @@ class Recommendation:
     within: str | None
     tied: tuple[str, ...] = ()
     tied_within: tuple[str, ...] = ()
+    then: str | None = None
+    among: tuple[str, ...] = ()
 
 
 def _fastest(
@@ -142,6 +146,8 @@ class Report:
     alpha: float = 0.05
     n_resamples: int = 10_000
     latency_budget_ms: float | None = None
+    then: str | None = None
+    """A second metric that decides among the trials the primary one cannot separate."""
     store: RunStore = field(init=False)
 
     def __post_init__(self) -> None:
@@ -179,6 +185,15 @@ class Report:
             metric = next((m for m in metrics if m == metric or m == _canonical(metric)), metric)
         if metric is not None and metric not in metrics:
             raise ConfigError(f"--metric {metric!r}: the run evaluated {', '.join(metrics)}")
+        then = options.get("then")
+        if then is not None:
+            then = next((m for m in metrics if m == then or m == _canonical(then)), then)
+            if then not in metrics or then == (metric or metrics[0]):
+                others = ", ".join(m for m in metrics if m != (metric or metrics[0]))
+                raise ConfigError(
+                    f"--select {then!r}: expected another metric the run evaluated ({others})"
+                )
+            options = {**options, "then": then}
         chosen = _resolve(ok, run_dir, baseline, manifest["config"].get("baseline"))
         report = cls(Path(run_dir), chosen, metric or metrics[0], **options)
         if report.metric not in report.metrics:
@@ -260,6 +275,15 @@ class Report:
         """Trial id with the best mean of the primary metric (the lowest when lower is better)."""
         return str(best_index(self.stats.loc[self.metric]["mean"], self.metric))
 
+    @property
+    def contender(self) -> str | None:
+        """The trial the best is shown against (drill-down, per-query plot): the baseline, or
+        the runner-up when the baseline is the best; None when there is no other trial."""
+        if self.best != self.baseline:
+            return self.baseline
+        means = self.stats.loc[self.metric]["mean"].drop(self.best)
+        return str(best_index(means, self.metric)) if len(means) else None
+
     def label(self, trial_id: str) -> str:
         """The readable label of a trial."""
         return str(self._finished.set_index("trial_id").loc[trial_id, "label"])
@@ -287,13 +311,29 @@ class Report:
         latency = latency.reindex(means.index)
         best, tied = _fastest(means, latency, self.metric)
         assert best is not None  # a report has finished trials with a mean of its metric
+        among: tuple[str, ...] = ()
+        if self.then is not None and not self.confidence.separated:
+            among = tuple(self.confidence.leaders)
+            second = self.stats.loc[self.then]["mean"].reindex(list(among))
+            best, tied = _fastest(second, latency, self.then)
+            assert best is not None  # the leaders are finished trials
         budget = self.latency_budget_ms
         bound: Literal["baseline", "budget"] = "baseline" if budget is None else "budget"
+        then = self.then if among else None
         if latency.isna().all():
-            return Recommendation(self.metric, best, bound, None, None, tied)
+            return Recommendation(
+                self.metric, best, bound, None, None, tied, then=then, among=among
+            )
         bound_ms = float(latency[self.baseline]) if budget is None else budget
         within, tied_within = _fastest(means[latency <= bound_ms], latency, self.metric)
-        return Recommendation(self.metric, best, bound, bound_ms, within, tied, tied_within)
+        return Recommendation(
+            self.metric, best, bound, bound_ms, within, tied, tied_within, then, among
+        )
+
+    def deploy_command(self, collection: str = "default") -> str:
+        """The command that builds a searchable collection of the recommended trial."""
+        pick = self.recommendation().best
+        return f"ragbench ingest --from-run {self.run_dir} --trial {pick} --collection {collection}"
 
     @cached_property
     def confidence(self) -> PickConfidence:
@@ -511,8 +551,13 @@ class Report:
         )
 
     def drilldown(self, other: str | None = None, n: int = 10) -> pd.DataFrame:
-        """Queries where ``other`` (default: the best trial) and the baseline differ most."""
-        return drilldown(self.run_dir, self.baseline, other or self.best, self.metric, n=n)
+        """Queries where ``other`` (default: the best trial) and the baseline differ most;
+        when ``other`` is the baseline, the runner-up takes the baseline's place."""
+        trial = other or self.best
+        against = self.baseline if trial != self.baseline else self.contender
+        if against is None:
+            return pd.DataFrame()
+        return drilldown(self.run_dir, against, trial, self.metric, n=n)
 
     # ------------------------------------------------------------ figures
 
@@ -530,7 +575,7 @@ class Report:
                 lambda: plots.per_query_difference(
                     self.per_query,
                     self.best,
-                    self.baseline,
+                    self.contender or self.baseline,
                     self.metric,
                     labels=dict(zip(self.trials["trial_id"], self.trials["label"], strict=True)),
                 ),

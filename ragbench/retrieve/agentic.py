@@ -121,7 +121,9 @@ class AgenticRetrieverConfig(StepConfig):
 
         query = [component_key(configs["query"])] if "query" in configs else []
         parts: tuple[str | int, ...] = (component_key(self), k, *query)
-        return g.add("agentic", "agentic", inputs, parts, compute, RANKING, latency="agentic")
+        return g.add(
+            "agentic", "agentic", inputs, parts, compute, RANKING, latency="agentic", config=self
+        )
 
 
 class _Loop:

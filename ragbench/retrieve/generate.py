@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from ragbench.llm.client import LLMOptions
-from ragbench.registry import components
+from ragbench.registry import ConfigModel, components
 from ragbench.retrieve.artifacts import ANSWERS, Answers, ChunkSet, QueryUsage, Timed
 from ragbench.retrieve.assemble import assemble, system_notice
 from ragbench.retrieve.graph import Env, PlanBuilder, StepConfig, check_template, component_key
@@ -51,12 +51,10 @@ _STOP = frozenset(
 )
 
 
-class ContextOptions(BaseModel):
+class ContextOptions(ConfigModel):
     """How retrieved chunks become the prompt's context: at most ``top_k`` hits, packed in rank
     order into ``budget_tokens`` (cl100k); ``framing: untrusted`` wraps each chunk as untrusted
     data (tags, quoted lines, a system notice), ``none`` joins the raw texts."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     budget_tokens: int = Field(1500, ge=0)
     top_k: int = Field(10, gt=0)
@@ -143,6 +141,7 @@ class _GeneratorConfig(StepConfig):
             compute,
             ANSWERS,
             latency="generate",
+            config=self,
         )
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ragbench import telemetry
+from ragbench import progress, telemetry
 from ragbench.index.cache import CachedEmbedder, EmbeddingCache, StageCache
 from ragbench.index.sparse import BM25Config, BM25Index
 from ragbench.llm.cache import LLMCache
@@ -114,6 +114,7 @@ class Stage:
     index: bool = False
     latency: str | None = None
     extend: Callable[..., Any] | None = None
+    config: ComponentConfig | None = None
 
 
 @dataclass
@@ -285,6 +286,7 @@ class PlanBuilder:
         index: bool = False,
         latency: str | None = None,
         extend: Callable[..., Any] | None = None,
+        config: ComponentConfig | None = None,
     ) -> str:
         """Add a stage keyed by ``area``, its inputs' keys and ``parts``; returns its name.
 
@@ -299,7 +301,7 @@ class PlanBuilder:
             n += 1
             unique = f"{name}#{n}"
         self.stages[unique] = Stage(
-            unique, area, tuple(inputs), key, compute, codec, index, latency, extend
+            unique, area, tuple(inputs), key, compute, codec, index, latency, extend, config
         )
         self._by_key[key] = unique
         return unique
@@ -333,7 +335,16 @@ class PlanBuilder:
             return ChunkSet(chunk_documents(env.component("chunker", chunker), corpus))
 
         parts = (component_key(chunker),)
-        return self.add(name, "chunks", ("corpus",), parts, compute, artifacts.CHUNKS, index=True)
+        return self.add(
+            name,
+            "chunks",
+            ("corpus",),
+            parts,
+            compute,
+            artifacts.CHUNKS,
+            index=True,
+            config=chunker,
+        )
 
     def doc_vectors(
         self, embedder: ComponentConfig | None = None, chunker: ComponentConfig | None = None
@@ -349,7 +360,14 @@ class PlanBuilder:
         inputs = (self.chunks(chunker),)
         parts = (component_key(embedder),)
         return self.add(
-            "doc_vectors", "doc_vectors", inputs, parts, compute, artifacts.VECTORS, index=True
+            "doc_vectors",
+            "doc_vectors",
+            inputs,
+            parts,
+            compute,
+            artifacts.VECTORS,
+            index=True,
+            config=embedder,
         )
 
     def dense_index(
@@ -378,6 +396,7 @@ class PlanBuilder:
             codec,
             index=True,
             extend=extend,
+            config=store,
         )
 
     def bm25_index(self, config: BM25Config, chunker: ComponentConfig | None = None) -> str:
@@ -402,6 +421,7 @@ class PlanBuilder:
             artifacts.BM25_INDEX,
             index=True,
             extend=extend,
+            config=config,
         )
 
     def query_vectors(
@@ -424,6 +444,7 @@ class PlanBuilder:
             compute,
             artifacts.QUERY_VECTORS,
             latency="embed_query",
+            config=embedder,
         )
 
 
@@ -531,13 +552,14 @@ class Execution:
         if name in SOURCES:
             return self.env.source(name)
         stage = self.plan.stages[name]
-        computed: list[bool] = []
+        computed: list[float] = []
 
         def compute() -> Any:
-            computed.append(True)
             inputs = [self[i] for i in stage.inputs]
-            queued, cpu = cpu_wait(), time.process_time()
-            value = stage.compute(self.env, *inputs)
+            queued, cpu, started = cpu_wait(), time.process_time(), time.perf_counter()
+            with progress.doing(name):
+                value = stage.compute(self.env, *inputs)
+            computed.append(time.perf_counter() - started)  # its own time, inputs excluded
             self.cpu[name] = time.process_time() - cpu
             self.waited[name] = cpu_wait() - queued
             return value
@@ -547,7 +569,12 @@ class Execution:
                 value = compute()
             else:
                 value = self.cache.get(
-                    stage.area, stage.key, compute, stage.codec.save, stage.codec.load
+                    stage.area,
+                    stage.key,
+                    compute,
+                    stage.codec.save,
+                    stage.codec.load,
+                    lambda: computed[0],
                 )
                 span.set(cache_hit=not computed)
             if span.recording:

@@ -180,6 +180,7 @@ class _LLMQueryConfig(StepConfig, LLMOptions):
             compute,
             QUERIES,
             latency="query",
+            config=self,
         )
         g.varied = g.varied or self.varies
 

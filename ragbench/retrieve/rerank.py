@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
+from ragbench import progress
 from ragbench.errors import RagbenchError
 from ragbench.llm.client import LLMClient, LLMError, LLMOptions
 from ragbench.models import hub_offline, resolve_model
@@ -217,7 +218,9 @@ class RerankerConfig(StepConfig):
 
         inputs = (upstream, g.chunks(), "queries", *self.resources(g))
         parts = (component_key(self), k)
-        return g.add("rerank", "rerank", inputs, parts, compute, RANKING, latency="rerank")
+        return g.add(
+            "rerank", "rerank", inputs, parts, compute, RANKING, latency="rerank", config=self
+        )
 
 
 class NoRerankConfig(StepConfig):
@@ -301,15 +304,25 @@ class CrossEncoderReranker:
         model = self.model
         previous = model.max_seq_length
         model.max_seq_length = self.config.max_length
+        step = self.config.batch_size * 16  # parts between which progress is counted
+        scores = []
         try:
-            return model.predict(
-                [(queries[i], texts[cid]) for i, cid in pairs],
-                batch_size=self.config.batch_size,
-                show_progress_bar=len(pairs) > 10 * self.config.batch_size,
-                convert_to_numpy=True,
-            )
+            what = f"scoring with {self.config.model}"
+            with progress.counting(what, len(pairs), "pairs") as done:
+                for start in range(0, len(pairs), step):
+                    part = pairs[start : start + step]
+                    scores.append(
+                        model.predict(
+                            [(queries[i], texts[cid]) for i, cid in part],
+                            batch_size=self.config.batch_size,
+                            show_progress_bar=False,
+                            convert_to_numpy=True,
+                        )
+                    )
+                    done(len(part))
         finally:
             model.max_seq_length = previous
+        return np.concatenate(scores) if scores else np.zeros(0, dtype=np.float32)
 
     def rerank(
         self, queries: Sequence[str], ranking: Ranking, texts: Mapping[str, str], k: int

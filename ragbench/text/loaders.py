@@ -9,7 +9,9 @@ as loaded. ``load(path)`` picks the loader for a file or a directory.
 
 Only regular files are read: a FIFO, socket or device file is reported and skipped (reading a
 FIFO would block forever). In a directory, a symbolic link whose target lies outside the
-directory is reported and skipped unless ``follow_symlinks=True``.
+directory is reported and skipped unless ``follow_symlinks=True``. A file without an extension
+(``README``, ``LICENSE``; also ``README.Debian`` and the like) is read as plain text when its
+first bytes are text. ``LoadReport.summary()`` says in one line what a pass skipped.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import os
 import re
 import stat
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterator
+from collections import Counter
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -30,10 +33,11 @@ from typing import IO, Any, ClassVar
 
 from pypdf import PdfReader
 
-from ragbench.errors import DataError
+from ragbench.errors import ConfigError, DataError
 from ragbench.types import Document
 
 __all__ = [
+    "LABEL_FILES",
     "BaseLoader",
     "DirectoryLoader",
     "FileLoader",
@@ -46,6 +50,7 @@ __all__ = [
     "TextLoader",
     "WebLoader",
     "load",
+    "skipped_summary",
 ]
 
 logger = logging.getLogger(__name__)
@@ -61,6 +66,18 @@ _SPECIAL_FILES = (
 )
 _NEWLINES = re.compile(r"\r\n?")
 _PAGE_SEPARATOR = "\n\n"
+_PRINTABLE_SHARE = 0.95  # of the sniffed characters, for a file without an extension to be text
+_TEXT_NAMES = frozenset(
+    """readme license licence copying copyright notice authors contributors contributing
+    changelog changes history news install todo thanks""".split()
+)  # README.Debian, LICENSE.APACHE: the suffix is no file type
+_UNSUPPORTED = "unsupported extension"
+_NOT_REGULAR = "not a regular file"
+_LISTED = 3  # a summary names up to this many skipped items one by one
+
+LABEL_FILES = ("queries.jsonl", "cuts.jsonl")
+"""What a labeled set keeps beside its documents (``ragbench.data.spans``, ``.folder``,
+``.cuts``): at a folder's top these files are labels, never documents."""
 
 
 # --------------------------------------------------------------------------- report
@@ -68,10 +85,12 @@ _PAGE_SEPARATOR = "\n\n"
 
 @dataclass(frozen=True, slots=True)
 class LoadProblem:
-    """A file, line or directory that was skipped, and why."""
+    """A file, line or directory that was skipped, and why; ``kind`` groups reasons in a
+    summary (``binary``, ``invalid UTF-8``; empty: the reason itself)."""
 
     path: str
     reason: str
+    kind: str = field(default="", compare=False)
 
 
 @dataclass
@@ -90,10 +109,14 @@ class LoadReport:
         """Number of skipped files, lines and directories."""
         return len(self.problems)
 
-    def add(self, path: StrPath, reason: str) -> None:
-        """Record that ``path`` was skipped for ``reason``."""
-        self.problems.append(LoadProblem(str(path), reason))
+    def add(self, path: StrPath, reason: str, kind: str = "") -> None:
+        """Record that ``path`` was skipped for ``reason`` (of ``kind``, default the reason)."""
+        self.problems.append(LoadProblem(str(path), reason, kind or reason))
         logger.debug("skipped %s: %s", path, reason)
+
+    def summary(self) -> str:
+        """One line on what was skipped ("" when nothing was): see ``skipped_summary``."""
+        return skipped_summary(self.problems)
 
     def clear(self) -> None:
         """Reset to an empty report (each pass over a loader starts afresh)."""
@@ -113,12 +136,37 @@ class LoadReport:
         return f"<p>loaded {self.loaded} documents, skipped {self.skipped}</p>{table}"
 
 
+def skipped_summary(problems: Sequence[LoadProblem]) -> str:
+    """One line on what a load skipped, so that many skipped files are not as many lines: up
+    to three items by path and reason, more as counts by kind (unsupported extensions by
+    extension) and the first item; "" when nothing was skipped."""
+    if not problems:
+        return ""
+    if len(problems) == 1:
+        return f"skipped {problems[0].path}: {problems[0].reason}"
+    lines = sum(p.reason.startswith("line ") for p in problems)
+    counts = [(len(problems) - lines, "file"), (lines, "JSONL line")]
+    head = "skipped " + " and ".join(f"{n} {what}{'s' * (n > 1)}" for n, what in counts if n)
+    if len(problems) <= _LISTED:
+        return f"{head}: " + "; ".join(f"{p.path}: {p.reason}" for p in problems)
+    parts = []
+    for kind, count in Counter(p.kind or p.reason for p in problems).most_common():
+        if kind == _UNSUPPORTED:
+            suffixes = Counter(Path(p.path).suffix.lower() for p in problems if p.kind == kind)
+            shown = [f"{suffix} {n}" for suffix, n in suffixes.most_common(5)]
+            kind += f" ({', '.join(shown)}{', ...' if len(suffixes) > 5 else ''})"
+        parts.append(f"{count} {kind}")
+    first = problems[0]
+    return f"{head}: {', '.join(parts)}; the first: {first.path}: {first.reason}"
+
+
 class _Skip(Exception):
     """Raised by readers for an unusable file or line; the loop records it and moves on."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, kind: str = "") -> None:
         super().__init__(reason)
         self.reason = reason
+        self.kind = kind
 
 
 @dataclass
@@ -132,7 +180,9 @@ class _Pass:
         """Count ``doc`` as loaded unless its id was already yielded (then report it)."""
         first = self.seen.get(doc.id)
         if first is not None:
-            self.report.add(path, f"{where}duplicate id {doc.id!r} (first at {first})")
+            self.report.add(
+                path, f"{where}duplicate id {doc.id!r} (first at {first})", "duplicate id"
+            )
             return False
         self.seen[doc.id] = doc.source
         self.report.loaded += 1
@@ -164,7 +214,7 @@ def _utf8(data: bytes, offset: int = 0) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise _Skip(f"invalid UTF-8 at byte {offset + error.start}") from None
+        raise _Skip(f"invalid UTF-8 at byte {offset + error.start}", "invalid UTF-8") from None
 
 
 def _normalize_newlines(text: str) -> str:
@@ -178,7 +228,7 @@ def _read_text(path: Path) -> str:
         with open(path, "rb") as file:
             head = file.read(_SNIFF_BYTES)
             if b"\0" in head:
-                raise _Skip("binary file")
+                raise _Skip("binary file", "binary")
             data = head + file.read()
     except OSError as error:
         raise _Skip(_os_reason(error)) from None
@@ -187,6 +237,124 @@ def _read_text(path: Path) -> str:
     if not text.strip():
         raise _Skip("empty")
     return text
+
+
+def _extensionless(name: str) -> bool:
+    """Whether a file named ``name`` has no extension that says its type: none at all, or a
+    conventional plain-text name with a suffix (``README.Debian``, ``LICENSE.APACHE``)."""
+    return Path(name).suffix == "" or name.split(".")[0].lower() in _TEXT_NAMES
+
+
+def _sniff_text(path: StrPath) -> None:
+    """Raise ``_Skip`` unless the first bytes of ``path`` are text: no NUL byte, valid UTF-8,
+    and mostly printable characters. A file that cannot be opened passes (reading it reports
+    the error)."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(_SNIFF_BYTES)
+            whole = not file.read(1)
+    except OSError:
+        return
+    if b"\0" in head:
+        raise _Skip("binary file", "binary")
+    bom = len(codecs.BOM_UTF8) if head.startswith(codecs.BOM_UTF8) else 0
+    try:  # final=False: a multi-byte character cut at the end of the head is no error
+        text = codecs.getincrementaldecoder("utf-8")().decode(head[bom:], final=whole)
+    except UnicodeDecodeError as error:
+        raise _Skip(f"invalid UTF-8 at byte {bom + error.start}", "invalid UTF-8") from None
+    shown = sum(c.isprintable() or c.isspace() for c in text)
+    if shown < _PRINTABLE_SHARE * len(text):
+        raise _Skip("binary file (mostly unprintable characters)", "binary")
+
+
+# --------------------------------------------------------------------------- globs
+
+
+@dataclass(frozen=True)
+class _Glob:
+    """A gitignore-like pattern compiled to a regular expression over relative POSIX paths."""
+
+    regex: re.Pattern[str]
+    directories_only: bool
+
+    def matches(self, rel: str, directory: bool) -> bool:
+        """Whether the file or directory ``rel`` matches (a directory also as ``rel/``, so that
+        ``build/**`` matches the folder ``build``)."""
+        if directory:
+            return bool(self.regex.fullmatch(rel) or self.regex.fullmatch(rel + "/"))
+        return not self.directories_only and self.regex.fullmatch(rel) is not None
+
+
+def _globs(patterns: Collection[str], flag: str) -> tuple[_Glob, ...]:
+    """The compiled ``patterns``; ``ConfigError`` naming ``flag`` and the pattern when one is
+    no glob."""
+    return tuple(_glob(pattern, flag) for pattern in patterns)
+
+
+def _glob(pattern: str, flag: str) -> _Glob:
+    """``pattern`` as gitignore reads it: ``*`` and ``?`` within a path segment, ``[...]``
+    classes, ``**`` for any folders; without a ``/`` (a trailing one aside) it matches at any
+    depth, with one it is relative to the folder; a trailing ``/`` matches folders only."""
+
+    def invalid(why: str) -> ConfigError:
+        example = "'**/*.md' or 'build/**'"
+        return ConfigError(
+            f"{flag} {pattern!r}: {why} (expected a glob relative to the folder, such as {example})"
+        )
+
+    body = pattern.rstrip("/")
+    anchored = body.startswith("/")
+    body = body.lstrip("/")
+    if not body.strip():
+        raise invalid("empty pattern")
+    segments = body.split("/")
+    if "" in segments:
+        raise invalid("empty path segment ('//')")
+    if "." in segments or ".." in segments:
+        raise invalid("a '.' or '..' segment")
+    regex = "" if anchored or len(segments) > 1 else "(?:.*/)?"
+    for i, segment in enumerate(segments):
+        last = i == len(segments) - 1
+        if segment == "**":
+            regex += ".*" if last else "(?:.*/)?"
+        else:
+            regex += _segment_regex(segment, invalid) + ("" if last else "/")
+    try:
+        return _Glob(re.compile(regex), pattern.endswith("/"))
+    except re.error as error:
+        raise invalid(f"invalid character class ({error.msg})") from None
+
+
+def _segment_regex(segment: str, invalid: Callable[[str], ConfigError]) -> str:
+    """The regular expression of one path segment of a glob (no ``/`` in it)."""
+    out, i = [], 0
+    while i < len(segment):
+        c = segment[i]
+        if c == "*":
+            while i + 1 < len(segment) and segment[i + 1] == "*":
+                i += 1
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "\\":
+            if i + 1 == len(segment):
+                raise invalid("ends with an escape ('\\')")
+            i += 1
+            out.append(re.escape(segment[i]))
+        elif c == "[":
+            start = i + 1
+            negate = start < len(segment) and segment[start] in "!^"
+            end = start + negate + 1  # a ']' right after '[' or '[!' is a member
+            end = segment.find("]", end)
+            if end < 0:
+                raise invalid("unclosed '['")
+            members = re.sub(r"([\\\[\]])", r"\\\1", segment[start + negate : end])
+            out.append(f"[^/{members}]" if negate else f"[{members}]")
+            i = end
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
 
 
 # --------------------------------------------------------------------------- loaders
@@ -231,7 +399,7 @@ class FileLoader(BaseLoader):
     def _stream(self, run: _Pass) -> Iterator[Document]:
         reason = _not_regular(self.path)
         if reason is not None:
-            run.report.add(self.path, reason)
+            run.report.add(self.path, reason, _NOT_REGULAR)
             return iter(())
         return self._file(self.path.name, run)
 
@@ -247,7 +415,7 @@ class _OneDocumentLoader(FileLoader):
         try:
             doc = self._read(rel)
         except _Skip as skip:
-            run.report.add(self.path, skip.reason)
+            run.report.add(self.path, skip.reason, skip.kind)
             return
         if run.admit(doc, self.path):
             yield doc
@@ -334,7 +502,7 @@ class PdfLoader(_OneDocumentLoader):
         except OSError as error:
             raise _Skip(_os_reason(error)) from None
         except Exception as error:  # pypdf raises many types on malformed input
-            raise _Skip(f"unreadable PDF: {error}") from None
+            raise _Skip(f"unreadable PDF: {error}", "unreadable PDF") from None
         return pages, str(title).strip() if title else None
 
 
@@ -513,7 +681,7 @@ class JsonlLoader(FileLoader):
     def _lines(self, file: IO[bytes], rel: str, run: _Pass) -> Iterator[Document]:
         """Documents of each non-blank line; problems are reported per line."""
         if b"\0" in file.read(_SNIFF_BYTES):
-            run.report.add(self.path, "binary file")
+            run.report.add(self.path, "binary file", "binary")
             return
         file.seek(0)
         offset, blank = 0, True
@@ -527,7 +695,7 @@ class JsonlLoader(FileLoader):
             try:
                 doc = self._parse(raw, number, start, rel)
             except _Skip as skip:
-                run.report.add(self.path, f"line {number}: {skip.reason}")
+                run.report.add(self.path, f"line {number}: {skip.reason}", "bad JSONL line")
                 continue
             if run.admit(doc, self.path, f"line {number}: "):
                 yield doc
@@ -600,13 +768,20 @@ class DirectoryLoader(BaseLoader):
 
     Document ids are POSIX paths relative to the root (``guides/setup.md``; JSONL files
     contribute their records' ids). Files are dispatched by extension (keyword options go to
-    ``JsonlLoader``); other extensions are reported as ``unsupported extension``, and entries
-    that are no regular file (FIFOs, sockets, devices) as ``not a regular file (...)``. Hidden
-    (dot-prefixed) files and directories are skipped silently. A symbolic link to somewhere
-    outside the directory is reported and skipped unless ``follow_symlinks``; links are
-    otherwise followed, but each real directory is walked once: a link back to an ancestor is
-    reported as ``symlink loop``, a second link to a directory already walked as ``already
-    loaded as ...``. Files in ``exclude`` (e.g. a labeled set's own queries file) are not read.
+    ``JsonlLoader``); a file without an extension (``README``, ``LICENSE``, ``README.Debian``)
+    is read as plain text when its first bytes are text, else reported as ``binary file``;
+    other extensions are reported as ``unsupported extension``, and entries that are no regular
+    file (FIFOs, sockets, devices) as ``not a regular file (...)``. The label files of a labeled
+    set at the top (``LABEL_FILES``: ``queries.jsonl``, ``cuts.jsonl``) are reported as ``label
+    file`` and never read as documents. Hidden (dot-prefixed) files and directories are skipped
+    silently, and so is what ``include`` / ``exclude`` leave out: gitignore-like globs relative
+    to the root (``**/*.md``, ``build/**``, ``*.log``; one without a ``/`` matches at any depth,
+    a folder that matches takes its contents with it); with ``include`` only matching files are
+    read. A symbolic link to somewhere outside the directory is reported and skipped unless
+    ``follow_symlinks``; links are otherwise followed, but each real directory is walked once:
+    a link back to an ancestor is reported as ``symlink loop``, a second link to a directory
+    already walked as ``already loaded as ...``. Files in ``skip_files`` (paths, e.g. a labeled
+    set's queries file given separately) are not read.
     """
 
     def __init__(
@@ -614,18 +789,22 @@ class DirectoryLoader(BaseLoader):
         path: StrPath,
         *,
         follow_symlinks: bool = False,
+        include: Collection[str] = (),
+        exclude: Collection[str] = (),
         id_field: str | None = None,
         text_field: str = "text",
         title_field: str | None = "title",
         metadata_field: str | None = "metadata",
         title_in_text: bool = False,
-        exclude: Collection[StrPath] = (),
+        skip_files: Collection[StrPath] = (),
     ) -> None:
         super().__init__(path)
         if not self.path.is_dir():
             raise DataError(f"{self.path}: not a directory")
         self.follow_symlinks = follow_symlinks
-        self.exclude = {os.path.realpath(p) for p in exclude}
+        self.include = _globs(include, "--include")
+        self.exclude = _globs(exclude, "--exclude")
+        self.skip_files = {os.path.realpath(p) for p in skip_files}
         self._jsonl_options: dict[str, Any] = {
             "id_field": id_field,
             "text_field": text_field,
@@ -636,6 +815,20 @@ class DirectoryLoader(BaseLoader):
 
     def _stream(self, run: _Pass) -> Iterator[Document]:
         return self._directory(self.path, "", run, {})
+
+    def _wanted(self, rel: str, directory: bool) -> bool:
+        """Whether ``include`` and ``exclude`` let the entry ``rel`` be read (a directory:
+        walked; ``include`` is checked on the files in it)."""
+        if any(glob.matches(rel, directory) for glob in self.exclude):
+            return False
+        if directory or not self.include:
+            return True
+        parts = rel.split("/")
+        folders = ["/".join(parts[:i]) for i in range(1, len(parts))]
+        return any(
+            glob.matches(rel, False) or any(glob.matches(folder, True) for folder in folders)
+            for glob in self.include
+        )
 
     def _outside(self, entry: os.DirEntry[str]) -> str | None:
         """Why ``entry``, a link out of the directory, is not followed (None: follow it)."""
@@ -662,8 +855,10 @@ class DirectoryLoader(BaseLoader):
         key = (stat.st_dev, stat.st_ino)
         first = walked.get(key)
         if first is not None:
-            is_loop = first == "" or rel.startswith(first + "/")
-            run.report.add(path, "symlink loop" if is_loop else f"already loaded as {first!r}")
+            if first == "" or rel.startswith(first + "/"):
+                run.report.add(path, "symlink loop")
+            else:
+                run.report.add(path, f"already loaded as {first!r}", "already loaded")
             return
         walked[key] = rel
         try:
@@ -673,26 +868,40 @@ class DirectoryLoader(BaseLoader):
             return
         for entry in entries:
             child = f"{rel}/{entry.name}" if rel else entry.name
+            is_dir = entry.is_dir()
+            if not self._wanted(child, is_dir):
+                continue
             outside = self._outside(entry)
             if outside is not None:
-                run.report.add(entry.path, outside)
-            elif entry.is_dir():
+                run.report.add(entry.path, outside, "symlink out of the folder")
+            elif is_dir:
                 yield from self._directory(Path(entry.path), child, run, walked)
             else:
                 yield from self._entry_file(entry, child, run)
 
     def _entry_file(self, entry: os.DirEntry[str], rel: str, run: _Pass) -> Iterator[Document]:
-        """Dispatch one directory entry to the loader for its extension."""
-        if self.exclude and os.path.realpath(entry.path) in self.exclude:
+        """Dispatch one directory entry to the loader for its extension (or, without one,
+        to ``TextLoader`` when it is text)."""
+        if self.skip_files and os.path.realpath(entry.path) in self.skip_files:
+            return
+        if rel in LABEL_FILES:
+            run.report.add(entry.path, "label file of a labeled set, not a document", "label file")
             return
         if not entry.is_file():
             broken = entry.is_symlink() and not os.path.exists(entry.path)
             reason = "broken symlink" if broken else _not_regular(entry.path)
-            run.report.add(entry.path, reason or "not a regular file")
+            run.report.add(entry.path, reason or "not a regular file", _NOT_REGULAR)
             return
         cls = _BY_EXTENSION.get(Path(entry.name).suffix.lower())
+        if cls is None and _extensionless(entry.name):
+            try:
+                _sniff_text(entry.path)
+            except _Skip as skip:
+                run.report.add(entry.path, skip.reason, skip.kind)
+                return
+            cls = TextLoader
         if cls is None:
-            run.report.add(entry.path, "unsupported extension")
+            run.report.add(entry.path, _UNSUPPORTED, _UNSUPPORTED)
             return
         options = self._jsonl_options if cls is JsonlLoader else {}
         yield from cls(entry.path, **options)._file(rel, run)
@@ -706,23 +915,45 @@ def _visible_entries(path: Path) -> list[os.DirEntry[str]]:
     return sorted(visible, key=lambda e: e.name + "/" if e.is_dir() else e.name)
 
 
-def load(path: StrPath, follow_symlinks: bool = False, **options: Any) -> BaseLoader:
-    """The loader for ``path``: a ``DirectoryLoader``, the file loader for its extension, or
-    for an ``http(s)://`` URL a ``WebLoader`` (``options``: ``max_bytes``, ``timeout``).
+def load(
+    path: StrPath,
+    follow_symlinks: bool = False,
+    *,
+    include: Collection[str] = (),
+    exclude: Collection[str] = (),
+    **options: Any,
+) -> BaseLoader:
+    """The loader for ``path``: a ``DirectoryLoader``, the file loader for its extension (a
+    file without one that is text: ``TextLoader``), or for an ``http(s)://`` URL a
+    ``WebLoader`` (``options``: ``max_bytes``, ``timeout``).
 
-    ``follow_symlinks`` lets a directory's links lead outside it; ``options`` go to the loader
-    (JSONL fields). Raises ``DataError`` when the path does not exist or its extension is not
-    supported.
+    ``follow_symlinks`` lets a directory's links lead outside it, ``include`` / ``exclude``
+    select its files by glob (``DirectoryLoader``); ``options`` go to the loader (JSONL
+    fields). Raises ``DataError`` when the path does not exist or is no supported file type,
+    ``ConfigError`` for an invalid glob or globs given for a file or URL.
     """
+    target = Path(path)
+    if (include or exclude) and not target.is_dir():
+        raise ConfigError(f"--include/--exclude: {path} is not a folder (they select its files)")
     if isinstance(path, str) and path.lower().startswith(("http://", "https://")):
         return WebLoader(path, **options)
-    target = Path(path)
     if target.is_dir():
-        return DirectoryLoader(target, follow_symlinks=follow_symlinks, **options)
+        return DirectoryLoader(
+            target, follow_symlinks=follow_symlinks, include=include, exclude=exclude, **options
+        )
     if not target.exists():
         raise DataError(f"{target}: no such file or directory")
     cls = _BY_EXTENSION.get(target.suffix.lower())
+    if cls is None and _extensionless(target.name):
+        try:
+            _sniff_text(target)
+        except _Skip as skip:
+            raise DataError(f"{target}: no extension, and not text ({skip.reason})") from None
+        cls = TextLoader
     if cls is None:
         supported = ", ".join(sorted(_BY_EXTENSION))
-        raise DataError(f"{target}: unsupported file type (supported: {supported})")
+        raise DataError(
+            f"{target}: unsupported file type (supported: {supported}, and text files without "
+            "an extension)"
+        )
     return cls(target, **options)

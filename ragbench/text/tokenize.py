@@ -18,11 +18,12 @@ from functools import cache, cached_property
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import field_validator
 
 from ragbench.errors import ConfigError
 from ragbench.models import DEFAULT_MODEL, model_problem, resolve_model
 from ragbench.protocols import TokenCounter
+from ragbench.registry import ConfigModel
 
 __all__ = [
     "ENGLISH_STOPWORDS",
@@ -46,10 +47,8 @@ _recent: OrderedDict[tuple[str, int], tuple[tuple[str, ...], list[list[str]]]] =
 _recent_lock = threading.Lock()
 
 
-class TokenizerConfig(BaseModel):
+class TokenizerConfig(ConfigModel):
     """How text becomes BM25 terms. All options are part of the cache key."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     lowercase: bool = True
     pattern: str = r"\w+"

@@ -161,16 +161,26 @@ def build_method(method: str = "ict", **options: Any) -> Method:
     return LLMMethod(llm, cache=Path(cache) if cache is not None else None, **given)
 
 
-def corpus_documents(corpus: StrPath) -> tuple[list[Document], list[LoadProblem]]:
+def corpus_documents(
+    corpus: StrPath, include: Sequence[str] = (), exclude: Sequence[str] = ()
+) -> tuple[list[Document], list[LoadProblem]]:
     """The documents of ``corpus`` and the files its loader skipped: a labeled set's documents
     (any format ``load_dataset`` reads, by path or name), else what ``ragbench.load`` reads
-    from the file or folder."""
+    from the file or folder, its files selected by the globs ``include`` / ``exclude``. With
+    globs, a folder labeled by its ``queries.jsonl`` is read as the folder of documents it is
+    (the label file is no document); other labeled sets take no globs."""
     path = Path(corpus)
     if not path.exists():
         path = resolve_dataset(corpus)
-    if path.is_dir() and any(fmt.detect(path) for fmt in FORMATS.values()):
+    found = [name for name, fmt in FORMATS.items() if path.is_dir() and fmt.detect(path)]
+    if found and (include or exclude) and found[0] != "folder":
+        raise ConfigError(
+            f"--include/--exclude: {path} is a labeled set ({found[0]} format); they select "
+            "the files of a folder of documents"
+        )
+    if found and not (include or exclude):
         return load_dataset(path).documents, []
-    loader = load(path)
+    loader = load(path, include=include, exclude=exclude)
     documents = list(loader)
     if not documents:
         problems = loader.report.problems
@@ -214,17 +224,25 @@ def _counts(counts: dict[str, int]) -> str:
 
 
 def generate(
-    corpus: StrPath, out: StrPath, method: Method | None = None, *, n: int = 50, seed: int = 0
+    corpus: StrPath,
+    out: StrPath,
+    method: Method | None = None,
+    *,
+    n: int = 50,
+    seed: int = 0,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
 ) -> GenerationResult:
     """Write a span-labeled set of up to ``n`` queries generated from ``corpus`` by ``method``
-    (default ``IctMethod()``) into ``out``, a new or empty folder (see the module docstring)."""
+    (default ``IctMethod()``) into ``out``, a new or empty folder (see the module docstring);
+    ``include`` / ``exclude`` select the files of a folder by glob (``DirectoryLoader``)."""
     chosen = method or IctMethod()
     check_option("--n", n, 1)
     check_option("--seed", seed, 0)
     target = Path(out)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise DataError(f"{target}: already exists and is not an empty folder (choose a new one)")
-    documents, problems = corpus_documents(corpus)
+    documents, problems = corpus_documents(corpus, include, exclude)
     generation = chosen.run(documents, n, seed)
     if not generation.candidates:
         skipped = f" (skipped: {_counts(generation.skipped)})" if generation.skipped else ""

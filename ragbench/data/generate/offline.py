@@ -29,7 +29,14 @@ from ragbench.data.generate.base import (
 from ragbench.text.tokenize import WordTokenizer
 from ragbench.types import Document
 
-__all__ = ["GENERIC_HEADINGS", "HeadingsMethod", "IctMethod", "code_like", "refers_back"]
+__all__ = [
+    "GENERIC_HEADINGS",
+    "HeadingsMethod",
+    "IctMethod",
+    "code_like",
+    "code_line",
+    "refers_back",
+]
 
 GENERIC_HEADINGS = frozenset(
     """overview introduction intro summary examples example usage notes note background
@@ -92,6 +99,21 @@ _REFERS_BACK = re.compile(
     re.IGNORECASE,
 )
 _CODE_TOKEN = re.compile(r"[{}\[\]<>=;$|\\`]|\w\(|\w_\w|::|->")
+_CODE_LINE = re.compile(
+    r"""[^\S\n]*(?:
+        (?:\$|>>>|In\ \[\d*\]:)(?:\s|$)                             # a prompt: shell, Python
+      | import\ [\w.]+(?:\ as\ \w+)?(?:,\ ?[\w.]+(?:\ as\ \w+)?)*\s*$  # import os, sys
+      | from\ [\w.]+\ import\ \w                                    # from pathlib import Path
+      | (?:async\ )?def\ \w+\( | class\ \w+\s*[(:]                  # a definition
+      | [A-Za-z_][\w.]*\s*=\s*\S                                    # an assignment
+      | export\ [A-Za-z_]\w*=                                       # a shell variable
+      | (?:sudo|pip3?\ install|python3?\ -m|python3?\ [\w/.-]+\.py  # a shell command
+        |git\ (?:clone|checkout|pull|push|commit|add)|(?:npm|yarn|pnpm)\ (?:install|add|run)
+        |(?:apt|apt-get|brew|conda|dnf|yum)\ install|docker\ (?:run|build|pull))\b
+      | (?:curl|wget)\ (?:-|https?://)
+    )""",
+    re.VERBOSE,
+)
 
 
 def refers_back(sentence: str) -> bool:
@@ -99,6 +121,14 @@ def refers_back(sentence: str) -> bool:
     pronoun, a demonstrative, a connective such as "However"), so it cannot stand alone as a
     query."""
     return _REFERS_BACK.match(sentence) is not None
+
+
+def code_line(line: str) -> bool:
+    """Whether a line of plain text is code rather than prose: a prompt (``$ ``, ``>>> ``,
+    ``In [1]:``), a Python import, ``def`` or ``class`` line, an assignment or a common shell
+    command (``pip install``, ``python -m``, ``git clone``, ...). Unfenced code in ``.txt`` and
+    reStructuredText files reads as prose to the sentence splitter; this catches it."""
+    return _CODE_LINE.match(line) is not None
 
 
 def code_like(sentence: str) -> bool:
@@ -117,9 +147,10 @@ class IctMethod:
     that speaks of what the sentence says. A sentence no neighbour shares that much with is
     judged at the document level only (span-level runs leave it out).
 
-    Skipped as queries: code-like sentences; sentences that open by referring back (``This``,
-    ``However``, ``We``..., unless ``keep_references``) or end by pointing ahead (a colon before
-    a list or code), which cannot stand alone; and
+    Skipped as queries: code-like sentences and those with a line of code (``code_line``:
+    unfenced code in plain text reads as prose to the sentence splitter); sentences that open
+    by referring back (``This``, ``However``, ``We``..., unless ``keep_references``) or end by
+    pointing ahead (a colon before a list or code), which cannot stand alone; and
     sentences with digits (results, measurements, table text; unless ``keep_numbers``), which
     favour exact matching. Both filters raised agreement with real labels on SciFact and on the
     chunking evaluation (benchmarks/RESULTS.md)."""
@@ -151,11 +182,13 @@ class IctMethod:
             "keep_references": self.keep_references,
         }
 
-    def _unusable(self, text: str) -> str | None:
-        """Why the sentence ``text`` (as a query) is no candidate, if it is not."""
+    def _unusable(self, source: str) -> str | None:
+        """Why the sentence ``source`` (as written in its document) is no candidate as a
+        query, if it is not."""
+        text = plain(source)
         if word_count(text) < self.min_words:
             return "short sentence"
-        if code_like(text):
+        if code_like(text) or any(code_line(line) for line in source.split("\n")):
             return "code-like"
         if not self.keep_references and refers_back(text):
             return "refers back"
@@ -176,7 +209,7 @@ class IctMethod:
                 skipped["code or table"] += len(section.sentences) - len(prose)
                 items = []
                 for i, sentence in enumerate(prose):
-                    reason = self._unusable(plain(doc.text[sentence.start : sentence.end]))
+                    reason = self._unusable(doc.text[sentence.start : sentence.end])
                     if reason is None and len(prose) == 1:
                         reason = "no neighbouring sentence"
                     if reason is None:
