@@ -252,6 +252,9 @@ def test_summary_renders_markdown_code_as_html_and_recommends(
     pick = report.recommendation()
     line = next(x for x in md.splitlines() if x.startswith("- **Recommendation**"))
     assert f"best overall `{report.label(pick.best)}`" in line
+    stats = report.stats.loc[report.metric]
+    interval = f"[95% CI {stats['ci_low'][pick.best]:.4f}–{stats['ci_high'][pick.best]:.4f}]"
+    assert f"{report.metric} {stats['mean'][pick.best]:.4f} {interval}" in line
     assert "within the baseline's latency (p50 total ≤" in line
     assert pick.within is not None and report.label(pick.within) in line
     assert "<li class='pick'><b>Recommendation</b>: best overall" in summary

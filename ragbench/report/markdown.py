@@ -94,15 +94,18 @@ def recommendation_line(report: Report) -> str:
 
 
 def _pick(report: Report, trial_id: str, tied: tuple[str, ...], metric: str | None = None) -> str:
-    """A picked trial with its mean on ``metric`` (default: the primary) and p50 latency; for
-    a tie, every tied trial, and which of them is the fastest when latency separates them."""
+    """A picked trial with its mean on ``metric`` (default: the primary), the mean's 95%
+    bootstrap interval and p50 latency; for a tie, every tied trial, and which of them is the
+    fastest when latency separates them."""
     metric = metric or report.metric
     mean = float(report.stats.loc[metric]["mean"][trial_id])
     latency = report.trials.set_index("trial_id").get("latency.total.p50_ms")
     ms = latency if latency is not None else pd.Series(dtype=float)
     p50 = ms.get(trial_id, float("nan"))
     cost = f", p50 {p50:.3g} ms" if p50 == p50 else ""
-    shown = f"{md_code(report.label(trial_id))} ({metric} {mean:.4f}{cost}"
+    low, high = (float(report.stats.loc[metric][c][trial_id]) for c in ("ci_low", "ci_high"))
+    interval = f" [95% CI {low:.4f}–{high:.4f}]" if low == low and high == high else ""
+    shown = f"{md_code(report.label(trial_id))} ({metric} {mean:.4f}{interval}{cost}"
     if not tied:
         return shown + ")"
     tie = tie_text([md_code(report.label(t)) for t in tied], mean)
