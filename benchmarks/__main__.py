@@ -251,7 +251,9 @@ def latency(s: Settings) -> dict[str, Any]:
     if not (s.full or s.tiny):
         raise Skip("runs with --full")
     if s.tiny:
-        return bench_latency.measure(queries=TINY_QUERIES, embedder=bench_quality.HASHING)
+        return bench_latency.measure(
+            queries=TINY_QUERIES, embedder=bench_quality.HASHING, processes=1
+        )
     return bench_latency.measure()
 
 

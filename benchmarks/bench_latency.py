@@ -7,10 +7,12 @@ benchmark measures the same sweep twice in one run — once as the machine is, o
 ``burners`` processes spinning on every core — and reports, per trial, the p50 total latency of
 both, their ratio (busy / quiet; target: within 25%) and the thread pools each pass ran with.
 
-A first run fills the stage cache; the quiet and the busy run are then each ``ragbench run
---remeasure-latency`` in a fresh process: their quality pass reads the cache, so the first
+A first run fills the stage cache; the quiet and the busy runs are then each ``ragbench run
+--remeasure-latency`` in fresh processes: their quality pass reads the cache, so the first
 trial's latency pass is what loads the model — the case where its threads were once left
-unpinned (torch on every core, twice the CPU time and 2.9× the latency under burners).
+unpinned (torch on every core, twice the CPU time and 2.9× the latency under burners). Each
+condition runs in ``processes`` fresh processes and keeps, per trial, the fastest: like the
+fastest repeat within a process, the time when nothing else gets in the way.
 
 ``python -m benchmarks.bench_latency [--burners N] [--queries N]``; ``measure()`` returns the
 figures as a dict.
@@ -75,21 +77,37 @@ def _fresh(
         return pool.submit(_sweep, config, out, cache, remeasure).result()
 
 
+def _fastest(
+    config: dict[str, Any], out: Path, cache: Path, processes: int
+) -> dict[str, dict[str, Any]]:
+    """Per trial, the row of the fresh process with the lowest p50 total of ``processes``:
+    a process's own memory layout moves a sub-millisecond p50 (BM25's 0.13 ms) by up to 2×
+    between processes on a quiet machine, which the repeats within one process cannot see."""
+    best: dict[str, dict[str, Any]] = {}
+    for i in range(processes):
+        for row in _fresh(config, out / str(i), cache):
+            kept = best.get(row["trial_id"])
+            if kept is None or row["latency.total.p50_ms"] < kept["latency.total.p50_ms"]:
+                best[row["trial_id"]] = row
+    return best
+
+
 def measure(
     dataset: str = "demo",
     burners: int = 2,
     queries: int = 50,
     embedder: dict[str, Any] = EMBEDDER,
     work: Path | None = None,
+    processes: int = 3,
 ) -> dict[str, Any]:
     """p50 total latency and thread pools per trial, quiet and under ``burners`` spinning
-    processes, each measured in a fresh process over a warm stage cache."""
+    processes, each the fastest of ``processes`` fresh processes over a warm stage cache."""
     if work is None:
         with tempfile.TemporaryDirectory(prefix="ragbench-bench-latency-") as tmp:
-            return measure(dataset, burners, queries, embedder, Path(tmp))
+            return measure(dataset, burners, queries, embedder, Path(tmp), processes)
     config, cache = sweep_config(dataset, embedder, queries), work / "cache"
     _fresh({**config, "latency": {"queries": 0}}, work / "cold", cache, remeasure=False)
-    quiet = _fresh(config, work / "quiet", cache)
+    quiet = _fastest(config, work / "quiet", cache, processes)
     spinning = [
         multiprocessing.get_context("spawn").Process(target=_spin, args=(3600.0,))
         for _ in range(burners)
@@ -97,16 +115,17 @@ def measure(
     for process in spinning:
         process.start()
     try:
-        busy = {r["trial_id"]: r for r in _fresh(config, work / "busy", cache)}
+        busy = _fastest(config, work / "busy", cache, processes)
     finally:
         for process in spinning:
             process.terminate()
             process.join()
-    rows = [_row(a, busy[a["trial_id"]]) for a in quiet]
+    rows = [_row(a, busy[t]) for t, a in quiet.items()]
     return {
         "queries": queries,
         "repeats": 5,
         "burners": burners,
+        "processes": processes,
         "rows": rows,
         "worst": max(abs(r["difference"]) for r in rows),
         "quiet_was_busy": max(r["quiet_contention"] for r in rows) > CONTENTION,
