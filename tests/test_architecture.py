@@ -2,6 +2,7 @@
 import downwards, read from the source with ``ast`` (see ARCHITECTURE.md, "Layers")."""
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ragbench"
@@ -116,3 +117,24 @@ def test_every_package_has_a_layer_and_imports_only_downwards() -> None:
         if _layer(target) > _layer(source)
     ]
     assert upward == []
+
+
+def _named(text: str) -> set[str]:
+    """The module paths (``retrieve/graph.py``, ``tests/test_x.py``) a page names in code."""
+    return set(re.findall(r"`([A-Za-z_][\w/]*\.py)`", text))
+
+
+def _missing(text: str) -> list[str]:
+    """Module paths ``text`` names that are neither in the package nor in the repository."""
+    repo = PACKAGE.parent
+    return sorted(n for n in _named(text) if not ((PACKAGE / n).is_file() or (repo / n).is_file()))
+
+
+def test_the_module_map_names_what_exists_and_every_package() -> None:
+    text = (PACKAGE.parent / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    assert _missing(text) == []
+    packages = {str(p.parent.relative_to(PACKAGE)) for p in PACKAGE.rglob("__init__.py")} - {"."}
+    unnamed = [p for p in sorted(packages) if not re.search(rf"(?<![\w/]){re.escape(p)}/", text)]
+    assert unnamed == []
+    # the checks can fail: a module that is gone and a package the page leaves out
+    assert _missing("`retrieve/gone.py` and `graph.py`") == ["graph.py", "retrieve/gone.py"]
