@@ -22,6 +22,7 @@ from ragbench.errors import ConfigError, DataError, RagbenchError, writable_fold
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ragbench.experiment.config import ExperimentConfig
     from ragbench.pipeline import RAGPipeline
 
 __all__ = ["main"]
@@ -290,37 +291,15 @@ def _print_frame(frame: pd.DataFrame) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from ragbench.experiment.config import load_config
     from ragbench.experiment.mlflow_log import log_run, require_mlflow
     from ragbench.experiment.runner import dry_run, run
     from ragbench.report.markdown import answer_lines
     from ragbench.report.report import Report
     from ragbench.report.tables import trial_table
 
-    config = load_config(args.config, args.set or ())
-    dataset: dict[str, str | None] = {}
-    if args.dataset:  # another set: its own labels unless --queries gives them
-        given = Path(args.dataset)
-        dataset = {
-            "path": str(given.resolve()) if given.exists() else args.dataset,
-            "queries": None,
-        }
-    if args.queries:
-        dataset["queries"] = str(Path(args.queries).resolve())
-    if dataset:
-        config = config.model_copy(update={"dataset": config.dataset.model_copy(update=dataset)})
+    config = _run_config(args)
     if args.dry_run:
-        planned = dry_run(config, args.limit_queries)
-        _print_frame(planned.set_index("trial_id"))
-        print(_estimate_line(planned))
-        redundant = int((planned["redundant"] != "-").sum())
-        if redundant:
-            print(
-                f"{redundant} redundant trial(s): they cannot rank differently from another "
-                "trial (column redundant); drop them from the sweep",
-                file=sys.stderr,
-            )
-        return 0
+        return _print_dry_run(dry_run(config, args.limit_queries))
     if args.select is not None:
         _check_select(args.select, config.evaluation.metrics)
     if args.mlflow:
@@ -361,6 +340,40 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if failed:
         print(f"{failed} trial(s) failed; see {result.path / 'trials.parquet'}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _run_config(args: argparse.Namespace) -> ExperimentConfig:
+    """The config of ``ragbench run``: the file, its ``--set`` overrides, and ``--dataset`` /
+    ``--queries`` in place of its labeled set."""
+    from ragbench.experiment.config import load_config
+
+    config = load_config(args.config, args.set or ())
+    dataset: dict[str, str | None] = {}
+    if args.dataset:  # another set: its own labels unless --queries gives them
+        given = Path(args.dataset)
+        dataset = {
+            "path": str(given.resolve()) if given.exists() else args.dataset,
+            "queries": None,
+        }
+    if args.queries:
+        dataset["queries"] = str(Path(args.queries).resolve())
+    if dataset:
+        config = config.model_copy(update={"dataset": config.dataset.model_copy(update=dataset)})
+    return config
+
+
+def _print_dry_run(planned: pd.DataFrame) -> int:
+    """The dry run's table, its total estimate, and a word on redundant trials."""
+    _print_frame(planned.set_index("trial_id"))
+    print(_estimate_line(planned))
+    redundant = int((planned["redundant"] != "-").sum())
+    if redundant:
+        print(
+            f"{redundant} redundant trial(s): they cannot rank differently from another "
+            "trial (column redundant); drop them from the sweep",
+            file=sys.stderr,
+        )
+    return 0
 
 
 def _check_select(metric: str, metrics: Sequence[str]) -> None:
@@ -538,6 +551,22 @@ def _add_mlflow(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_pick(parser: argparse.ArgumentParser) -> None:
+    """What the recommendation weighs besides the primary metric (``run`` and ``report``)."""
+    parser.add_argument(
+        "--latency-budget",
+        type=_milliseconds,
+        metavar="MS",
+        help="recommend the best trial within this p50 total latency (default: the baseline's)",
+    )
+    parser.add_argument(
+        "--select",
+        metavar="METRIC",
+        help="a second metric that picks among the trials the first metric cannot separate "
+        "(its bootstrap leaders), e.g. span_recall@5",
+    )
+
+
 def _add_run(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("run", help="run a sweep from a YAML config")
     run.add_argument("config", help="experiment YAML file")
@@ -570,19 +599,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--dry-run", action="store_true", help="list trials and cached artifacts")
     run.add_argument("--no-report", action="store_true", help="skip the HTML/Markdown report")
     _add_mlflow(run)
-    run.add_argument(
-        "--latency-budget",
-        type=_milliseconds,
-        metavar="MS",
-        help="the report recommends the best trial within this p50 total latency (default: "
-        "the baseline's)",
-    )
-    run.add_argument(
-        "--select",
-        metavar="METRIC",
-        help="a second metric that picks among the trials the first metric cannot separate "
-        "(its bootstrap leaders), e.g. span_recall@5",
-    )
+    _add_pick(run)
     run.set_defaults(func=_cmd_run)
     report = sub.add_parser("report", help="write report.html / report.md for a run directory")
     report.add_argument("run_dir", help="a run directory written by `ragbench run`")
@@ -598,18 +615,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     report.add_argument(
         "--correction", choices=["holm", "bonferroni", "bh", "none"], default="holm"
     )
-    report.add_argument(
-        "--latency-budget",
-        type=_milliseconds,
-        metavar="MS",
-        help="recommend the best trial within this p50 total latency (default: the baseline's)",
-    )
-    report.add_argument(
-        "--select",
-        metavar="METRIC",
-        help="a second metric that picks among the trials the first metric cannot separate "
-        "(its bootstrap leaders), e.g. span_recall@5",
-    )
+    _add_pick(report)
     report.add_argument("--out", help="output folder (default: reports/<run-name>)")
     _add_mlflow(report)
     report.set_defaults(func=_cmd_report)
