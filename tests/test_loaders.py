@@ -16,7 +16,6 @@ from ragbench.cli import main
 from ragbench.errors import ConfigError, DataError
 from ragbench.pipeline import RAGPipeline
 from ragbench.protocols import Loader
-from ragbench.text import loaders
 from ragbench.text.chunkers import build_chunker, chunk_documents
 from ragbench.text.loaders import (
     DirectoryLoader,
@@ -27,9 +26,11 @@ from ragbench.text.loaders import (
     MarkdownLoader,
     PdfLoader,
     TextLoader,
+    decode,
     load,
     skipped_summary,
 )
+from ragbench.text.loaders import jsonl as jsonl_loader
 from ragbench.types import Document
 
 CHUNKING_EVALUATION = Path(__file__).resolve().parents[2] / "shared" / "datasets"
@@ -457,7 +458,8 @@ def test_unreadable_file_reports_the_os_error(
             raise PermissionError(13, "Permission denied", str(file))
         return builtins.open(file, *args, **kwargs)
 
-    monkeypatch.setattr(loaders, "open", guarded_open, raising=False)
+    for module in (decode, jsonl_loader):  # where files are opened
+        monkeypatch.setattr(module, "open", guarded_open, raising=False)
     loader = DirectoryLoader(tmp_path)
     assert [d.id for d in loader] == ["a.md"]
     assert reasons(loader.report) == {"b.md": "Permission denied", "c.jsonl": "Permission denied"}
@@ -577,7 +579,7 @@ HASHING = '{"embedder": {"kind": "hashing"}}'
 def test_text_files_without_an_extension_load_as_text(tmp_path: Path) -> None:
     write(tmp_path / "README", "Project\n=======\n\nWhat it does.\r\n")
     write(tmp_path / "pkg" / "README.Debian", "Notes for Debian users.\n")
-    cut = "x" * (loaders._SNIFF_BYTES - 4) + "é and more"  # BOM + x: é straddles the head
+    cut = "x" * (decode.SNIFF_BYTES - 4) + "é and more"  # BOM + x: é straddles the head
     write(tmp_path / "LICENSE", "\ufeff" + cut)
     write(tmp_path / "tool", ELF)  # an executable: NUL bytes
     write(tmp_path / "latin1", "Gr\u00fc\u00dfe aus K\u00f6ln\n".encode("latin-1"))
