@@ -176,17 +176,7 @@ def _stage(
     a query costs it in the latency pass)."""
     config, queries = stage.config, ctx.query_texts
     if stage.area == "chunks" and config is not None:
-        embedder = getattr(config, "embedder", None)
-        if embedder is None:  # no model: computed now, cheap, and cached for the run
-            started = time.perf_counter()
-            found = execution[stage.name]
-            cost.seconds += time.perf_counter() - started
-            cost.work.append(f"chunk {len(ctx.labeled.documents):,} documents into {len(found):,}")
-            return 0.0
-        texts = [d.text for d in ctx.labeled.documents]
-        sentences = sum(max(1, len(_SENTENCE.findall(t))) for t in texts)
-        cost.seconds += meter.embedder(embedder, texts).seconds(sentences)
-        cost.work.append(f"embed ~{sentences:,} sentences to chunk")
+        _chunking(stage, execution, ctx, meter, cost)
         return 0.0
     if stage.area == "doc_vectors" and config is not None:
         texts = [c.text for c in execution[stage.inputs[0]].chunks]
@@ -200,15 +190,7 @@ def _stage(
         cost.seconds += model.seconds(len(queries))
         return model.per_item
     if stage.area in {"bm25_index", "dense_index"} and config is not None:
-        chunks = execution[stage.inputs[-1]].chunks
-        dimension, what = 0, "BM25"
-        if stage.area == "dense_index":
-            embedder = execution.plan.stages[stage.inputs[0]].config
-            assert embedder is not None  # the dense index's input is its document vectors
-            dimension, what = ctx.env.embedder(embedder).dimension, f"{config.kind} dense"
-        cost.seconds += meter.build(stage, [c.text for c in chunks], dimension)
-        article = "an" if what[0] in "aeiou" else "a"
-        cost.work.append(f"build {article} {what} index of {len(chunks):,} chunks")
+        _index_build(stage, config, execution, ctx, meter, cost)
         return 0.0
     if isinstance(config, LLMOptions):
         cost.llm_calls += len(queries)
@@ -233,6 +215,42 @@ def _stage(
         cost.seconds += model.seconds(pairs)
         return model.per_item * candidates
     return 0.0
+
+
+def _chunking(stage: Stage, execution: Execution, ctx: Context, meter: _Meter, cost: Cost) -> None:
+    """Add the chunking ``stage``'s work and seconds to ``cost``: a chunker without a model is
+    run now (cheap, and cached for the run), one with an embedder is timed on sentences."""
+    embedder = getattr(stage.config, "embedder", None)
+    if embedder is None:  # no model: computed now, cheap, and cached for the run
+        started = time.perf_counter()
+        found = execution[stage.name]
+        cost.seconds += time.perf_counter() - started
+        cost.work.append(f"chunk {len(ctx.labeled.documents):,} documents into {len(found):,}")
+        return
+    texts = [d.text for d in ctx.labeled.documents]
+    sentences = sum(max(1, len(_SENTENCE.findall(t))) for t in texts)
+    cost.seconds += meter.embedder(embedder, texts).seconds(sentences)
+    cost.work.append(f"embed ~{sentences:,} sentences to chunk")
+
+
+def _index_build(
+    stage: Stage,
+    config: ComponentConfig,
+    execution: Execution,
+    ctx: Context,
+    meter: _Meter,
+    cost: Cost,
+) -> None:
+    """Add the work and seconds of building the BM25 or dense index ``stage`` to ``cost``."""
+    chunks = execution[stage.inputs[-1]].chunks
+    dimension, what = 0, "BM25"
+    if stage.area == "dense_index":
+        embedder = execution.plan.stages[stage.inputs[0]].config
+        assert embedder is not None  # the dense index's input is its document vectors
+        dimension, what = ctx.env.embedder(embedder).dimension, f"{config.kind} dense"
+    cost.seconds += meter.build(stage, [c.text for c in chunks], dimension)
+    article = "an" if what[0] in "aeiou" else "a"
+    cost.work.append(f"build {article} {what} index of {len(chunks):,} chunks")
 
 
 def _missing(ctx: Context, config: ComponentConfig, texts: Sequence[str]) -> list[str]:

@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from ragbench.index import onnx as onnx_backend
-from ragbench.retrieve.graph import Env, Execution, Plan
+from ragbench.retrieve.graph import Env, Execution, Plan, Stage
 from ragbench.retrieve.timed import cpu_wait
 
 __all__ = [
@@ -265,8 +265,7 @@ def measure(
     inputs = [{**provided, **{n: m.value for n, m in k.items()}} for k in known]
     best: list[dict[str, tuple[float, float]]] = [{} for _ in queries]
     last: list[Execution | None] = [None for _ in queries]
-    runs = interrupted = 0
-    kept_wall = kept_wait = 0.0
+    tally = _Tally()
     with _pinned(threads) as pinned:
         first = next((i for i, k in enumerate(known) if len(k) < len(timed)), None)
         if first is not None:
@@ -277,31 +276,14 @@ def measure(
             for i, text in enumerate(queries):
                 if len(known[i]) == len(timed):
                     continue
-                for attempt in range(retries + 1):
-                    switches, queued = _preempted(), cpu_wait()
-                    began = time.perf_counter()
-                    execution = _one(plan, env, inputs[i], text)
-                    wall = time.perf_counter() - began
-                    wait = min(wall, cpu_wait() - queued)
-                    seconds = execution.stage_latency(less_waits=True)
-                    runs += 1
-                    clean = _preempted() == switches
-                    interrupted += 0 if clean else 1
-                    if clean or attempt == retries:
-                        kept_wall, kept_wait = kept_wall + wall, kept_wait + wait
-                        for name in timed.keys() - known[i].keys():
-                            value = (float(seconds[name][0]), execution.cpu.get(name, 0.0))
-                            best[i][name] = min(best[i].get(name, value), value)
-                        last[i] = execution
-                        break
+                execution, seconds = _kept_run(plan, env, inputs[i], text, retries, tally)
+                for name in timed.keys() - known[i].keys():
+                    value = (float(seconds[name][0]), execution.cpu.get(name, 0.0))
+                    best[i][name] = min(best[i].get(name, value), value)
+                last[i] = execution
         contention = other_cpu_share(start, cpu_times(), time.perf_counter() - started)
         used = pinned.record()
-    for i, qid in enumerate(query_ids):
-        ran = last[i]
-        if ran is not None:
-            for name, (fastest, cpu) in best[i].items():
-                shared[(timed[name].key, qid)] = Measured(fastest, cpu, ran[name])
-        best[i] |= {n: (m.seconds, m.cpu) for n, m in known[i].items()}
+    _share(shared, timed, query_ids, best, last, known)
     per_stage = {name: np.array([b[name][0] for b in best]) for name in timed}
     stages = {s: v.tolist() for s, v in plan.by_latency_name(per_stage).items()}
     return LatencyReport(
@@ -312,11 +294,61 @@ def measure(
         repeats=repeats,
         threads=used,
         contention=contention,
-        interrupted=interrupted / runs if runs else 0.0,
+        interrupted=tally.interrupted / tally.runs if tally.runs else 0.0,
         measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
         machine=machine(),
-        waited=kept_wait / kept_wall if kept_wall > 0 else 0.0,
+        waited=tally.wait / tally.wall if tally.wall > 0 else 0.0,
     )
+
+
+@dataclass
+class _Tally:
+    """A pass's runs so far: all, those another thread interrupted, and the wall seconds of
+    the runs kept and the part of them spent waiting for a CPU."""
+
+    runs: int = 0
+    interrupted: int = 0
+    wall: float = 0.0
+    wait: float = 0.0
+
+
+def _kept_run(
+    plan: Plan, env: Env, provided: Mapping[str, Any], text: str, retries: int, tally: _Tally
+) -> tuple[Execution, dict[str, np.ndarray]]:
+    """One query run again while another thread interrupts it, up to ``retries`` more times:
+    the run kept and its stages' seconds less their waits for a CPU, counted in ``tally``."""
+    for attempt in range(retries + 1):
+        switches, queued = _preempted(), cpu_wait()
+        began = time.perf_counter()
+        execution = _one(plan, env, provided, text)
+        wall = time.perf_counter() - began
+        wait = min(wall, cpu_wait() - queued)
+        seconds = execution.stage_latency(less_waits=True)
+        tally.runs += 1
+        clean = _preempted() == switches
+        tally.interrupted += 0 if clean else 1
+        if clean or attempt == retries:
+            break
+    tally.wall, tally.wait = tally.wall + wall, tally.wait + wait
+    return execution, seconds
+
+
+def _share(
+    shared: Shared,
+    timed: Mapping[str, Stage],
+    query_ids: Sequence[str],
+    best: list[dict[str, tuple[float, float]]],
+    last: list[Execution | None],
+    known: list[dict[str, Measured]],
+) -> None:
+    """Add the stages measured on each query to ``shared`` (with the value of the query's last
+    kept run) and the reused ones to ``best``."""
+    for i, qid in enumerate(query_ids):
+        ran = last[i]
+        if ran is not None:
+            for name, (fastest, cpu) in best[i].items():
+                shared[(timed[name].key, qid)] = Measured(fastest, cpu, ran[name])
+        best[i] |= {n: (m.seconds, m.cpu) for n, m in known[i].items()}
 
 
 def _preempted() -> int:

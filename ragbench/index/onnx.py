@@ -314,9 +314,39 @@ def _export(name: str, revision: str | None, quantize: Quantize, out: Path) -> N
             return self.inner(**dict(zip(inputs, args, strict=True))).last_hidden_state
 
     wrapper = TokenEmbeddings(transformer.auto_model).eval()
+    fp32 = out / "fp32.onnx"
+    _trace(name, wrapper, tokenizer, inputs, fp32)
+    probe = tokenizer(_PROBE, padding=True, truncation=True, max_length=pipeline.max_seq_length)
+    feed = {n: np.asarray(probe[n], dtype=np.int64) for n in inputs}
+    with torch.no_grad():
+        expected = wrapper(*(torch.from_numpy(feed[n]) for n in inputs)).numpy()
+    with _step(name, "checking the export against torch"):
+        error = _max_error(fp32, feed, expected)
+    if error > _CHECK_ATOL:
+        raise OnnxBackendError(
+            f"cannot export {name!r} to ONNX: its graph differs from torch by {error:.2g} on a "
+            "batch of other shapes than the traced one"
+        )
+    final = _fused_if_equal(name, fp32, transformer.auto_model.config, feed, expected)
+    if quantize == "int8":
+        with _step(name, "int8 quantisation"):
+            _quantize_int8(final, out / "int8.onnx")
+        final = out / "int8.onnx"
+    os.replace(final, out / _MODEL_FILE)
+    for leftover in ("fp32.onnx", "fused.onnx", "int8.onnx"):
+        (out / leftover).unlink(missing_ok=True)
+    with _step(name, "saving the tokenizer"):
+        tokenizer.save_pretrained(str(out / _TOKENIZER_DIR))
+    pipeline.write(out)
+
+
+def _trace(name: str, wrapper: Any, tokenizer: Any, inputs: Sequence[str], fp32: Path) -> None:
+    """Trace ``wrapper`` on a small batch of ``tokenizer``'s ``inputs`` and export it to
+    ``fp32``, with batch and sequence axes left dynamic."""
+    import torch
+
     sample = tokenizer(["trace me", "a longer text to trace the graph with"], padding=True)
     traced = tuple(torch.tensor(sample[n], dtype=torch.long) for n in inputs)
-    fp32 = out / "fp32.onnx"
     with _step(name, "torch.onnx.export"), warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notes
         torch.onnx.export(
@@ -330,36 +360,22 @@ def _export(name: str, revision: str | None, quantize: Quantize, out: Path) -> N
             dynamic_axes={n: {0: "batch", 1: "sequence"} for n in (*inputs, _OUTPUT)},
             do_constant_folding=True,
         )
-    probe = tokenizer(_PROBE, padding=True, truncation=True, max_length=pipeline.max_seq_length)
-    feed = {n: np.asarray(probe[n], dtype=np.int64) for n in inputs}
-    with torch.no_grad():
-        expected = wrapper(*(torch.from_numpy(feed[n]) for n in inputs)).numpy()
-    with _step(name, "checking the export against torch"):
-        error = _max_error(fp32, feed, expected)
-    if error > _CHECK_ATOL:
-        raise OnnxBackendError(
-            f"cannot export {name!r} to ONNX: its graph differs from torch by {error:.2g} on a "
-            "batch of other shapes than the traced one"
-        )
-    final = fp32
+
+
+def _fused_if_equal(
+    name: str, fp32: Path, config: Any, feed: dict[str, np.ndarray], expected: np.ndarray
+) -> Path:
+    """ONNX Runtime's fused graph of ``fp32`` (beside it, ``fused.onnx``) when it gives
+    ``expected`` on ``feed``, else ``fp32`` itself."""
     with _step(name, "optimising the graph"):
-        fused = _optimise(fp32, out / "fused.onnx", transformer.auto_model.config)
-        if fused is not None:
-            error = _max_error(fused, feed, expected)
-            if error <= _CHECK_ATOL:
-                final = fused
-            else:
-                log.warning("ONNX Runtime's fused graph of %s differs (%.2g): unfused", name, error)
-    if quantize == "int8":
-        with _step(name, "int8 quantisation"):
-            _quantize_int8(final, out / "int8.onnx")
-        final = out / "int8.onnx"
-    os.replace(final, out / _MODEL_FILE)
-    for leftover in ("fp32.onnx", "fused.onnx", "int8.onnx"):
-        (out / leftover).unlink(missing_ok=True)
-    with _step(name, "saving the tokenizer"):
-        tokenizer.save_pretrained(str(out / _TOKENIZER_DIR))
-    pipeline.write(out)
+        fused = _optimise(fp32, fp32.parent / "fused.onnx", config)
+        if fused is None:
+            return fp32
+        error = _max_error(fused, feed, expected)
+        if error <= _CHECK_ATOL:
+            return fused
+        log.warning("ONNX Runtime's fused graph of %s differs (%.2g): unfused", name, error)
+    return fp32
 
 
 @contextlib.contextmanager

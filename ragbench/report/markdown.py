@@ -256,24 +256,7 @@ def render_markdown(report: Report, images: list[str]) -> str:
         ]
     if images:
         lines += ["## Plots", ""] + [f"![{name}](plots/{name}.png)" for name in images] + [""]
-    drill = report.drilldown(n=5)
-    if not drill.empty:
-        against = "the baseline" if report.contender == report.baseline else "the runner-up"
-        lines += [
-            f"## Queries where {md_code(report.label(report.best))} and {against} differ most",
-            "",
-        ]
-        rows: Iterable[Any] = drill.itertuples()  # named tuples of the drill-down's columns
-        for row in rows:
-            lines.append(f"- {md_code(row.query_id)} ({row.delta:+.3f}): {md_text(row.query)}")
-            for name, answer in (
-                ("reference answer", row.gold["reference"]),
-                (f"{against.removeprefix('the ')} answer", row.answer_a),
-                ("best answer", row.answer_b),
-            ):
-                if answer is not None:
-                    lines.append(f"  - {name}: {md_text(answer)}")
-        lines.append("")
+    lines += _drilldown_lines(report)
     if not report.failed.empty:
         lines += ["## Failed trials", ""]
         lines += [
@@ -284,3 +267,28 @@ def render_markdown(report: Report, images: list[str]) -> str:
     config = yaml.safe_dump(manifest["config"], sort_keys=False)
     lines += ["## Config", "", md_fence(config, "yaml"), ""]
     return "\n".join(lines)
+
+
+def _drilldown_lines(report: Report) -> list[str]:
+    """The section on the five queries where the best trial and its contender differ most,
+    with their answers when there are any (none when no query differs)."""
+    drill = report.drilldown(n=5)
+    if drill.empty:
+        return []
+    against = "the baseline" if report.contender == report.baseline else "the runner-up"
+    lines = [
+        f"## Queries where {md_code(report.label(report.best))} and {against} differ most",
+        "",
+    ]
+    rows: Iterable[Any] = drill.itertuples()  # named tuples of the drill-down's columns
+    for row in rows:
+        lines.append(f"- {md_code(row.query_id)} ({row.delta:+.3f}): {md_text(row.query)}")
+        for name, answer in (
+            ("reference answer", row.gold["reference"]),
+            (f"{against.removeprefix('the ')} answer", row.answer_a),
+            ("best answer", row.answer_b),
+        ):
+            if answer is not None:
+                lines.append(f"  - {name}: {md_text(answer)}")
+    lines.append("")
+    return lines
