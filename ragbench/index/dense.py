@@ -14,7 +14,7 @@ depend on insertion order; hnsw results keep hnswlib's (approximate) order.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Sized
 from pathlib import Path
 from typing import Any, Literal
 
@@ -156,15 +156,72 @@ def _write_json(path: Path, payload: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(payload, ensure_ascii=False), encoding="utf-8")
 
 
+def _read_state(path: Path | str) -> tuple[Path, dict[str, Any]]:
+    """The folder ``path`` of a saved store and its ``store.json``."""
+    directory = Path(path)
+    return directory, json.loads((directory / "store.json").read_text(encoding="utf-8"))
+
+
+class _Store:
+    """What the dense stores share: one ``_meta`` entry per stored vector, a batch checked and
+    cut to the last vector of each id, query vectors checked, and the ``store.json`` of a save
+    (config, dimension, ids, metadata)."""
+
+    config: ComponentConfig
+    _meta: Sized
+
+    @property
+    def dimension(self) -> int | None:
+        """Vector dimension, or None before the first add."""
+        raise NotImplementedError
+
+    def count(self) -> int:
+        """Number of stored vectors."""
+        return len(self._meta)
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def _batch(
+        self, ids: Sequence[str], vectors: np.ndarray, metadata: Metadata
+    ) -> tuple[np.ndarray, list[int]]:
+        """``vectors`` as a checked matrix and the positions to store (the last of each id)."""
+        matrix = _as_matrix(vectors, self.dimension)
+        _check_batch(ids, matrix, metadata)
+        return matrix, _last_occurrence(ids)
+
+    def _queries(self, vectors: np.ndarray, k: int, unit: bool = False) -> np.ndarray:
+        """``vectors`` as a checked matrix of query vectors, rows of unit length with ``unit``
+        (``k`` checked too)."""
+        _check_k(k)
+        queries = _as_matrix(vectors, self.dimension)
+        return _normalize(queries) if unit else queries
+
+    def _write_state(self, directory: Path, ids: list[str], metadata: Any, **extra: Any) -> None:
+        """``store.json`` in ``directory``: config, dimension, ``ids``, ``metadata``, ``extra``."""
+        _write_json(
+            directory / "store.json",
+            {
+                "config": self.config.model_dump(mode="json"),
+                "dimension": self.dimension,
+                "ids": ids,
+                "metadata": metadata,
+                **extra,
+            },
+        )
+
+
 # --------------------------------------------------------------------------- exact
 
 
-class ExactStore:
+class ExactStore(_Store):
     """Exhaustive dot-product search over a float32 matrix (rows unit-normalised for cosine).
 
     The matrix grows by doubling; a delete moves the last row into the hole. Queries are scored
     in chunks with one matmul each, and the top k are picked with ``argpartition``.
     """
+
+    config: ExactConfig
 
     def __init__(self, config: ExactConfig | None = None) -> None:
         self.config = config or ExactConfig()
@@ -179,18 +236,9 @@ class ExactStore:
         """Vector dimension, or None before the first add."""
         return self._matrix.shape[1] if self._matrix.shape[1] else None
 
-    def count(self) -> int:
-        """Number of stored vectors."""
-        return len(self._meta)
-
-    def __len__(self) -> int:
-        return self.count()
-
     def add(self, ids: Sequence[str], vectors: np.ndarray, metadata: Metadata = None) -> None:
         """Store vectors under ``ids``; an id already present is replaced."""
-        matrix = _as_matrix(vectors, self.dimension)
-        _check_batch(ids, matrix, metadata)
-        keep = _last_occurrence(ids)
+        matrix, keep = self._batch(ids, vectors, metadata)
         if self.config.metric == "cosine":
             matrix = _normalize(matrix)
         self._reserve(self.count() + len(keep), matrix.shape[1])
@@ -238,10 +286,7 @@ class ExactStore:
         self, vectors: np.ndarray, k: int, filter: Mapping[str, Any] | None = None
     ) -> Ranking:
         """Top-``k`` ids and scores for each query vector (a (d,) vector is one query)."""
-        _check_k(k)
-        queries = _as_matrix(vectors, self.dimension)
-        if self.config.metric == "cosine":
-            queries = _normalize(queries)
+        queries = self._queries(vectors, k, unit=self.config.metric == "cosine")
         rows = self._rows(filter)
         if len(rows) == 0 or len(queries) == 0:
             return _ranking(*_no_hits(len(queries)), k)
@@ -278,21 +323,12 @@ class ExactStore:
         directory.mkdir(parents=True, exist_ok=True)
         n = self.count()
         np.save(directory / "vectors.npy", self._matrix[:n], allow_pickle=False)
-        _write_json(
-            directory / "store.json",
-            {
-                "config": self.config.model_dump(mode="json"),
-                "dimension": self.dimension,
-                "ids": self._ids[:n].tolist(),
-                "metadata": self._meta,
-            },
-        )
+        self._write_state(directory, self._ids[:n].tolist(), self._meta)
 
     @classmethod
     def load(cls, path: Path | str) -> ExactStore:
         """Read a store written by :meth:`save`."""
-        directory = Path(path)
-        state = json.loads((directory / "store.json").read_text(encoding="utf-8"))
+        directory, state = _read_state(path)
         store = cls(ExactConfig.model_validate(state["config"]))
         matrix = np.load(directory / "vectors.npy", allow_pickle=False)
         if state["dimension"] is not None:
@@ -307,7 +343,7 @@ class ExactStore:
 # --------------------------------------------------------------------------- hnsw
 
 
-class HnswStore:
+class HnswStore(_Store):
     """Approximate nearest-neighbour search with hnswlib.
 
     Each id owns an integer hnswlib label; a deleted id's label is marked deleted and reused by
@@ -318,6 +354,8 @@ class HnswStore:
     are inserted with the config's seed by one thread, so a build is reproducible, unless
     ``threads`` > 1 (faster builds whose graph, hence results, may differ from build to build).
     """
+
+    config: HnswConfig
 
     def __init__(self, config: HnswConfig | None = None) -> None:
         self.config = config or HnswConfig()
@@ -333,18 +371,9 @@ class HnswStore:
         """Vector dimension, or None before the first add."""
         return None if self._index is None else self._index.dim
 
-    def count(self) -> int:
-        """Number of stored vectors."""
-        return len(self._label)
-
-    def __len__(self) -> int:
-        return self.count()
-
     def add(self, ids: Sequence[str], vectors: np.ndarray, metadata: Metadata = None) -> None:
         """Store vectors under ``ids``; an id already present is replaced."""
-        matrix = _as_matrix(vectors, self.dimension)
-        _check_batch(ids, matrix, metadata)
-        keep = _last_occurrence(ids)
+        matrix, keep = self._batch(ids, vectors, metadata)
         new = sum(ids[i] not in self._label for i in keep)
         index = self._reserve(matrix.shape[1], self._next + max(0, new - len(self._free)))
         labels = [self._assign_label(ids[i]) for i in keep]
@@ -403,8 +432,7 @@ class HnswStore:
         self, vectors: np.ndarray, k: int, filter: Mapping[str, Any] | None = None
     ) -> Ranking:
         """Approximate top-``k`` ids and scores for each query vector."""
-        _check_k(k)
-        queries = _as_matrix(vectors, self.dimension)
+        queries = self._queries(vectors, k)
         allowed = self._allowed(filter)
         kk = min(k, self.count() if allowed is None else len(allowed))
         if kk == 0 or len(queries) == 0:
@@ -458,8 +486,7 @@ class HnswStore:
 
     def recall_against_exact(self, queries: np.ndarray, k: int) -> float:
         """Mean recall@k of the hnsw results against exact search over the same vectors."""
-        _check_k(k)
-        queries = _as_matrix(queries, self.dimension)
+        queries = self._queries(queries, k)
         kk = min(k, self.count())
         if kk == 0 or len(queries) == 0:
             raise ValueError("recall needs a non-empty store and at least one query")
@@ -474,22 +501,13 @@ class HnswStore:
         directory.mkdir(parents=True, exist_ok=True)
         if self._index is not None:
             self._index.save_index(str(directory / "index.bin"))
-        _write_json(
-            directory / "store.json",
-            {
-                "config": self.config.model_dump(mode="json"),
-                "dimension": self.dimension,
-                "ids": self._ids[: self._next].tolist(),
-                "metadata": {str(label): meta for label, meta in self._meta.items()},
-                "free": self._free,
-            },
-        )
+        metadata = {str(label): meta for label, meta in self._meta.items()}
+        self._write_state(directory, self._ids[: self._next].tolist(), metadata, free=self._free)
 
     @classmethod
     def load(cls, path: Path | str) -> HnswStore:
         """Read a store written by :meth:`save`."""
-        directory = Path(path)
-        state = json.loads((directory / "store.json").read_text(encoding="utf-8"))
+        directory, state = _read_state(path)
         store = cls(HnswConfig.model_validate(state["config"]))
         if state["dimension"] is not None:
             store._index = hnswlib.Index(space=store.config.space, dim=state["dimension"])

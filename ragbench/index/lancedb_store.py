@@ -23,7 +23,6 @@ modified. The ``lancedb`` package is imported on first use (the ``lancedb`` extr
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 import warnings
@@ -40,14 +39,11 @@ from pydantic import SerializerFunctionWrapHandler, model_serializer
 from ragbench.errors import ConfigError
 from ragbench.index.dense import (
     Metadata,
-    _as_matrix,
-    _check_batch,
-    _check_k,
-    _last_occurrence,
     _no_hits,
     _normalize,
     _ranking,
-    _write_json,
+    _read_state,
+    _Store,
 )
 from ragbench.index.filters import matches
 from ragbench.registry import ComponentConfig, components
@@ -99,10 +95,12 @@ def _sql_list(ids: Sequence[str]) -> str:
     return f"id IN ({quoted})"
 
 
-class LanceDBStore:
+class LanceDBStore(_Store):
     """Exhaustive search over a LanceDB table of (id, vector) rows; ids and metadata are also
     kept in memory, where filters are evaluated (exactly as the other stores evaluate them)
     and turned into an ``id IN (...)`` prefilter."""
+
+    config: LanceDBConfig
 
     def __init__(self, config: LanceDBConfig | None = None) -> None:
         self.config = config or LanceDBConfig()
@@ -118,18 +116,9 @@ class LanceDBStore:
         """Vector dimension, or None before the first add."""
         return self._dimension
 
-    def count(self) -> int:
-        """Number of stored vectors."""
-        return len(self._meta)
-
-    def __len__(self) -> int:
-        return self.count()
-
     def add(self, ids: Sequence[str], vectors: np.ndarray, metadata: Metadata = None) -> None:
         """Store vectors under ``ids``; an id already present is replaced."""
-        matrix = _as_matrix(vectors, self._dimension)
-        _check_batch(ids, matrix, metadata)
-        keep = _last_occurrence(ids)
+        matrix, keep = self._batch(ids, vectors, metadata)
         if not keep:
             return
         kept = [ids[i] for i in keep]
@@ -170,10 +159,7 @@ class LanceDBStore:
         self, vectors: np.ndarray, k: int, filter: Mapping[str, Any] | None = None
     ) -> Ranking:
         """Top-``k`` ids and scores for each query vector (a (d,) vector is one query)."""
-        _check_k(k)
-        queries = _as_matrix(vectors, self._dimension)
-        if self.config.metric == "cosine":
-            queries = _normalize(queries)
+        queries = self._queries(vectors, k, unit=self.config.metric == "cosine")
         allowed = self._allowed(filter)
         kk = min(k, self.count() if allowed is None else len(allowed))
         if kk == 0 or len(queries) == 0:
@@ -254,21 +240,12 @@ class LanceDBStore:
                     warnings.simplefilter("ignore", UserWarning)
                     self._table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
             shutil.copytree(self._folder / _FOLDER, directory / _FOLDER)
-        _write_json(
-            directory / "store.json",
-            {
-                "config": self.config.model_dump(mode="json"),
-                "dimension": self._dimension,
-                "ids": list(self._meta),
-                "metadata": list(self._meta.values()),
-            },
-        )
+        self._write_state(directory, list(self._meta), list(self._meta.values()))
 
     @classmethod
     def load(cls, path: Path | str) -> LanceDBStore:
         """Read a store written by :meth:`save` (its table is copied before the first change)."""
-        directory = Path(path)
-        state = json.loads((directory / "store.json").read_text(encoding="utf-8"))
+        directory, state = _read_state(path)
         store = cls(LanceDBConfig.model_validate(state["config"]))
         if state["dimension"] is not None:
             store._table = store._lancedb.connect(str(directory)).open_table(_TABLE)
