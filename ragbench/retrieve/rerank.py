@@ -283,17 +283,37 @@ def _load_cross_encoder(name: str, device: str) -> Any:
         return _CROSS_ENCODERS[key]
 
 
-class CrossEncoderReranker:
-    """Rescores candidates with a cross-encoder: all pairs of a batch in one ``predict`` call."""
+class _Rescorer:
+    """A reranker that scores the first ``candidates`` hits of each row with ``_score`` in one
+    call and keeps the best ``k`` (``_rescore``); ``stats`` counts the pairs and seconds."""
 
-    def __init__(self, config: CrossEncoderConfig | None = None) -> None:
-        self.config = config or CrossEncoderConfig()
-        self.stats = RerankStats()
+    config: RerankerConfig
+    stats: RerankStats
 
     @property
     def candidates(self) -> int:
         """First-stage hits rescored per query."""
         return self.config.candidates
+
+    def rerank(
+        self, queries: Sequence[str], ranking: Ranking, texts: Mapping[str, str], k: int
+    ) -> Ranking:
+        """Top ``k`` of each row's first ``candidates`` by ``_score``."""
+        return _rescore(queries, ranking, texts, k, self.config.candidates, self._score, self.stats)
+
+    def _score(self, queries: Sequence[str], pairs: Pairs, texts: Mapping[str, str]) -> np.ndarray:
+        """One score per (query index, chunk id) pair."""
+        raise NotImplementedError
+
+
+class CrossEncoderReranker(_Rescorer):
+    """Rescores candidates with a cross-encoder: all pairs of a batch in one ``predict`` call."""
+
+    config: CrossEncoderConfig
+
+    def __init__(self, config: CrossEncoderConfig | None = None) -> None:
+        self.config = config or CrossEncoderConfig()
+        self.stats = RerankStats()
 
     @property
     def model(self) -> Any:
@@ -323,12 +343,6 @@ class CrossEncoderReranker:
         finally:
             model.max_seq_length = previous
         return np.concatenate(scores) if scores else np.zeros(0, dtype=np.float32)
-
-    def rerank(
-        self, queries: Sequence[str], ranking: Ranking, texts: Mapping[str, str], k: int
-    ) -> Ranking:
-        """Top ``k`` of each row's first ``candidates`` by cross-encoder score."""
-        return _rescore(queries, ranking, texts, k, self.config.candidates, self._score, self.stats)
 
 
 class DenseRerankConfig(RerankerConfig):
@@ -360,13 +374,14 @@ def _unit_rows(vectors: np.ndarray) -> np.ndarray:
     return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
 
 
-class DenseReranker:
+class DenseReranker(_Rescorer):
     """Cosine similarity of query ("query" role) and passage ("document" role) embeddings.
 
     ``documents`` — (chunk id → row, vectors) — and ``queries`` — (query text → vector) —
     supply vectors computed beforehand; texts missing there are embedded on the fly.
     """
 
+    config: DenseRerankConfig
     batch = QUALITY_BATCH
     """Queries per call in a quality pass: scoring is one matrix product, whatever the batch."""
 
@@ -382,11 +397,6 @@ class DenseReranker:
         self.documents = documents
         self.queries = queries or {}
         self.stats = RerankStats()
-
-    @property
-    def candidates(self) -> int:
-        """First-stage hits rescored per query."""
-        return self.config.candidates
 
     def _passages(self, ids: list[str], texts: Mapping[str, str]) -> np.ndarray:
         known, vectors = self.documents or ({}, None)
@@ -412,12 +422,6 @@ class DenseReranker:
         for at in np.split(order, bounds):
             scores[at] = d[ti[at]].astype(np.float64) @ q[qi[at[0]]]
         return scores
-
-    def rerank(
-        self, queries: Sequence[str], ranking: Ranking, texts: Mapping[str, str], k: int
-    ) -> Ranking:
-        """Top ``k`` of each row's first ``candidates`` by cosine similarity."""
-        return _rescore(queries, ranking, texts, k, self.config.candidates, self._score, self.stats)
 
 
 class LLMRerankConfig(RerankerConfig, LLMOptions):
@@ -461,7 +465,7 @@ def judge_messages(query: str, passage: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": _JUDGE_SYSTEM}, {"role": "user", "content": user}]
 
 
-class LLMReranker:
+class LLMReranker(_Rescorer):
     """Asks a chat model for a 0–10 score per (query, passage) through an :class:`LLMClient`
     (cached by content, ``max_concurrency`` requests at a time, retried on 429/5xx).
 
@@ -469,15 +473,12 @@ class LLMReranker:
     naming it.
     """
 
+    config: LLMRerankConfig
+
     def __init__(self, config: LLMRerankConfig, client: LLMClient | None = None) -> None:
         self.config = config
         self.client = client or LLMClient(config, where="reranker")
         self.stats = RerankStats()
-
-    @property
-    def candidates(self) -> int:
-        """First-stage hits rescored per query."""
-        return self.config.candidates
 
     def _score(self, queries: Sequence[str], pairs: Pairs, texts: Mapping[str, str]) -> np.ndarray:
         conversations = [judge_messages(queries[i], texts[cid]) for i, cid in pairs]
@@ -492,12 +493,6 @@ class LLMReranker:
                 log.warning("unparsable LLM judge reply %r; scoring 0", reply.text[:80])
             scores.append(score or 0.0)
         return np.asarray(scores, dtype=np.float64)
-
-    def rerank(
-        self, queries: Sequence[str], ranking: Ranking, texts: Mapping[str, str], k: int
-    ) -> Ranking:
-        """Top ``k`` of each row's first ``candidates`` by judged relevance."""
-        return _rescore(queries, ranking, texts, k, self.config.candidates, self._score, self.stats)
 
 
 _RERANKERS = components("reranker")
