@@ -18,10 +18,10 @@ import random
 import re
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 from ragbench.errors import ConfigError
 from ragbench.text.sentences import split_sentences
@@ -29,6 +29,7 @@ from ragbench.types import Document
 
 __all__ = [
     "COPY_WORDS",
+    "CheckedOptions",
     "Draft",
     "Generation",
     "Method",
@@ -98,6 +99,26 @@ def check_option(flag: str, value: float, low: float, high: float | None = None)
     if not fits or not (low <= value and (high is None or value <= high)):
         bounds = f">= {low}" if high is None else f"from {low} to {high}"
         raise ConfigError(f"{flag}: expected {kind} {bounds}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class CheckedOptions:
+    """A method's options, checked when it is made: ``bounds`` gives an option's ``low`` and
+    ``high`` (``check_option``; its flag is ``--`` and its name with dashes), and an option that
+    is off by default (None) is not checked while it is off."""
+
+    bounds: ClassVar[Mapping[str, tuple[float, float | None]]] = {}
+
+    def __post_init__(self) -> None:
+        defaults = {f.name: f.default for f in fields(self)}
+        for name, (low, high) in self.bounds.items():
+            value = getattr(self, name)
+            if value is not None or defaults[name] is not None:
+                check_option("--" + name.replace("_", "-"), value, low, high)
+
+    def settings(self) -> dict[str, Any]:
+        """The options recorded in each query's metadata: all of them."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 COPY_WORDS = 5

@@ -34,6 +34,7 @@ from pydantic import BaseModel, Field, ValidationError
 from rapidfuzz import fuzz
 
 from ragbench.data.generate.base import (
+    CheckedOptions,
     Draft,
     Generation,
     Section,
@@ -310,7 +311,7 @@ def _default_embedder() -> ComponentConfig:
 
 
 @dataclass(frozen=True)
-class LLMMethod:
+class LLMMethod(CheckedOptions):
     """Questions, excerpts and answers written by ``llm`` (see the module docstring); calls
     are cached under ``cache`` (default: the stage cache root)."""
 
@@ -324,15 +325,14 @@ class LLMMethod:
     max_overlap: float | None = None
     multi_hop: int = 0
     name: ClassVar[str] = "llm"
-
-    def __post_init__(self) -> None:
-        check_option("--passage-words", self.passage_words, 1)
-        check_option("--min-words", self.min_words, 1)
-        check_option("--min-match", self.min_match, 0.0, 100.0)
-        check_option("--dedup", self.dedup, 0.0, 1.0)
-        if self.max_overlap is not None:
-            check_option("--max-overlap", self.max_overlap, 0.0, 1.0)
-        check_option("--multi-hop", self.multi_hop, 0)
+    bounds: ClassVar = {
+        "passage_words": (1, None),
+        "min_words": (1, None),
+        "min_match": (0.0, 100.0),
+        "dedup": (0.0, 1.0),
+        "max_overlap": (0.0, 1.0),
+        "multi_hop": (0, None),
+    }
 
     @property
     def candidate(self) -> str:
@@ -340,7 +340,7 @@ class LLMMethod:
         return f"passages of at least {self.min_words} words"
 
     def settings(self) -> dict[str, Any]:
-        """The options recorded in each query's metadata."""
+        """The options recorded in each query's metadata (the model's, not its endpoint)."""
         return {
             "model": self.llm.model,
             "temperature": self.llm.temperature,

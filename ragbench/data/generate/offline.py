@@ -13,12 +13,12 @@ from functools import partial
 from typing import Any, ClassVar
 
 from ragbench.data.generate.base import (
+    CheckedOptions,
     Draft,
     Generation,
     Section,
     Sentence,
     Span,
-    check_option,
     copies,
     document_sections,
     folded,
@@ -139,7 +139,7 @@ def code_like(sentence: str) -> bool:
 
 
 @dataclass(frozen=True)
-class IctMethod:
+class IctMethod(CheckedOptions):
     """Inverse cloze task: a prose sentence of at least ``min_words`` words is the query, cut
     out of the corpus the set is evaluated on; its document is relevant. Its span evidence is
     the ``window`` prose sentences before and after it (same section) that share at least
@@ -161,26 +161,12 @@ class IctMethod:
     keep_numbers: bool = False
     keep_references: bool = False
     name: ClassVar[str] = "ict"
-
-    def __post_init__(self) -> None:
-        check_option("--window", self.window, 1)
-        check_option("--min-words", self.min_words, 1)
-        check_option("--evidence-terms", self.evidence_terms, 1)
+    bounds: ClassVar = {"window": (1, None), "min_words": (1, None), "evidence_terms": (1, None)}
 
     @property
     def candidate(self) -> str:
         """What a candidate is."""
         return f"prose sentences of at least {self.min_words} words next to another sentence"
-
-    def settings(self) -> dict[str, Any]:
-        """The options recorded in each query's metadata."""
-        return {
-            "window": self.window,
-            "min_words": self.min_words,
-            "evidence_terms": self.evidence_terms,
-            "keep_numbers": self.keep_numbers,
-            "keep_references": self.keep_references,
-        }
 
     def _unusable(self, source: str) -> str | None:
         """Why the sentence ``source`` (as written in its document) is no candidate as a
@@ -251,16 +237,14 @@ class IctMethod:
 
 
 @dataclass(frozen=True)
-class HeadingsMethod:
+class HeadingsMethod(CheckedOptions):
     """A heading's text is the query, its section's body (up to the next heading) the
     evidence; empty and generic headings (``GENERIC_HEADINGS``) and bodies of fewer than
     ``min_words`` words are skipped. Needs Markdown or HTML documents."""
 
     min_words: int = 20
     name: ClassVar[str] = "headings"
-
-    def __post_init__(self) -> None:
-        check_option("--min-words", self.min_words, 1)
+    bounds: ClassVar = {"min_words": (1, None)}
 
     @property
     def candidate(self) -> str:
@@ -269,10 +253,6 @@ class HeadingsMethod:
             "headings (Markdown # or HTML <h1>-<h6>) over a section of at least "
             f"{self.min_words} words"
         )
-
-    def settings(self) -> dict[str, Any]:
-        """The options recorded in each query's metadata."""
-        return {"min_words": self.min_words}
 
     def run(self, documents: Sequence[Document], n: int, seed: int) -> Generation:
         """Up to ``n`` queries, one per sampled heading (see the class docstring)."""
