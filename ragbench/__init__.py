@@ -35,7 +35,4 @@ _EXPORTS = {
     "Report": "ragbench.report.report",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -11,8 +11,9 @@ __all__ = ["lazy_exports"]
 
 def lazy_exports(
     package: str, namespace: dict[str, Any], exports: Mapping[str, str]
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """``__getattr__`` and ``__dir__`` for ``package`` serving ``exports`` (name → module)."""
+) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
+    """``__getattr__``, ``__dir__`` and ``__all__`` for ``package`` serving ``exports`` (name →
+    module)."""
 
     def __getattr__(name: str) -> Any:
         if name in exports:
@@ -24,4 +25,4 @@ def lazy_exports(
     def __dir__() -> list[str]:
         return sorted([*namespace, *exports])
 
-    return __getattr__, __dir__
+    return __getattr__, __dir__, sorted(exports)

@@ -21,8 +21,20 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+class _Hashed:
+    """What a value with a ``text`` gets: its content hash."""
+
+    __slots__ = ()
+    text: str
+
+    @property
+    def hash(self) -> str:
+        """Content hash of the text (an unchanged text is not embedded again)."""
+        return content_hash(self.text)
+
+
 @dataclass(frozen=True, slots=True)
-class Document:
+class Document(_Hashed):
     """A source document before chunking; ``id`` is stable (e.g. a path relative to its root)."""
 
     id: str
@@ -30,14 +42,9 @@ class Document:
     metadata: dict[str, Any] = field(default_factory=dict)
     source: str = ""
 
-    @property
-    def hash(self) -> str:
-        """Content hash of the text (unchanged documents are not re-embedded)."""
-        return content_hash(self.text)
-
 
 @dataclass(frozen=True, slots=True)
-class Chunk:
+class Chunk(_Hashed):
     """A contiguous piece of a document: ``document.text[start:end] == text`` always holds."""
 
     id: str
@@ -47,11 +54,6 @@ class Chunk:
     end: int
     text: str
     metadata: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def hash(self) -> str:
-        """Content hash of the chunk text."""
-        return content_hash(self.text)
 
 
 @dataclass(frozen=True, slots=True)

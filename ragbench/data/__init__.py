@@ -40,7 +40,4 @@ _EXPORTS = {
     "write_run": "ragbench.data.trec",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -367,12 +367,7 @@ def _checked(
 ) -> list[Any] | None:
     """The values of ``types``' keys in order (defaults filled in), or None after recording
     an unknown key or a value of the wrong type."""
-    unknown = [k for k in record if k not in allowed]
-    if unknown:
-        at.error(
-            f"{what}: unknown key(s) {', '.join(map(repr, unknown))} "
-            f"(allowed: {', '.join(allowed)})"
-        )
+    if _has_unknown_keys(record, allowed, at, what):
         return None
     values = []
     for key, (kind, default) in types.items():
@@ -385,6 +380,19 @@ def _checked(
             return None
         values.append(value)
     return values
+
+
+def _has_unknown_keys(
+    record: dict[str, Any], allowed: tuple[str, ...], at: _Where, what: str
+) -> bool:
+    """Whether ``record`` has keys that are not ``allowed`` (then recorded as an error)."""
+    unknown = [k for k in record if k not in allowed]
+    if unknown:
+        at.error(
+            f"{what}: unknown key(s) {', '.join(map(repr, unknown))} "
+            f"(allowed: {', '.join(allowed)})"
+        )
+    return bool(unknown)
 
 
 def _found(value: object) -> str:
@@ -402,12 +410,7 @@ def _evidence(item: object, index: int, qid: str, at: _Where, corpus: _Corpus) -
     if not isinstance(item, dict):
         at.error(f"{what}: expected an object, found {item!r}")
         return None
-    unknown = [k for k in item if k not in _EVIDENCE_KEYS]
-    if unknown:
-        at.error(
-            f"{what}: unknown key(s) {', '.join(map(repr, unknown))} "
-            f"(allowed: {', '.join(_EVIDENCE_KEYS)})"
-        )
+    if _has_unknown_keys(item, _EVIDENCE_KEYS, at, what):
         return None
     key = _spelling(item, at, what, "doc", "doc_id")
     if key is None:

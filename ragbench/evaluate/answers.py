@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -228,38 +228,38 @@ def _per_sample(score: Callable[[AnswerSample], float]) -> AnswerKernel:
 
 _WITH_REFERENCE: frozenset[Need] = frozenset({"response", "reference"})
 
+
+def _native(
+    name: str,
+    score: Callable[[AnswerSample], float],
+    doc: str,
+    needs: frozenset[Need] = _WITH_REFERENCE,
+) -> MetricSpec:
+    """The spec of a native answer metric: ``score`` applied to each sample, no cutoff."""
+    return MetricSpec(name, _per_sample(score), doc, cutoff="none", level="answer", needs=needs)
+
+
 for _spec in (
-    MetricSpec(
+    _native(
         "exact_match",
-        _per_sample(_exact_match),
+        _exact_match,
         "1 when the normalised answer equals the normalised reference answer.",
-        cutoff="none",
-        level="answer",
-        needs=_WITH_REFERENCE,
     ),
-    MetricSpec(
+    _native(
         "token_f1",
-        _per_sample(_token_f1),
+        _token_f1,
         "F1 of the answer's and the reference answer's normalised tokens (SQuAD).",
-        cutoff="none",
-        level="answer",
-        needs=_WITH_REFERENCE,
     ),
-    MetricSpec(
+    _native(
         "rouge_l",
-        _per_sample(_rouge_l),
+        _rouge_l,
         "F-measure of the longest common token subsequence of answer and reference.",
-        cutoff="none",
-        level="answer",
-        needs=_WITH_REFERENCE,
     ),
-    MetricSpec(
+    _native(
         "answer_supported",
-        _per_sample(_answer_supported),
+        _answer_supported,
         "Share of the answer's normalised tokens found in its contexts.",
-        cutoff="none",
-        level="answer",
-        needs=frozenset({"response"}),
+        frozenset({"response"}),
     ),
 ):
     register_metric(_spec)
@@ -268,79 +268,72 @@ for _spec in (
 # ---------------------------------------------------------------- ragas metrics
 
 
+def _ragas(needs: str, doc: str) -> tuple[frozenset[Need], str]:
+    """An entry of ``RAGAS_METRICS``: the space-separated ``needs`` and the one-line doc."""
+    return cast(frozenset[Need], frozenset(needs.split())), f"ragas: {doc}"
+
+
 RAGAS_METRICS: dict[str, tuple[frozenset[Need], str]] = {
-    "NonLLMContextPrecisionWithReference": (
-        frozenset({"reference_contexts"}),
-        "ragas: average precision of the contexts, relevant when string-similar to a reference "
-        "context.",
+    "NonLLMContextPrecisionWithReference": _ragas(
+        "reference_contexts",
+        "average precision of the contexts, relevant when string-similar to a reference context.",
     ),
-    "NonLLMContextRecall": (
-        frozenset({"reference_contexts"}),
-        "ragas: share of the reference contexts string-similar to a retrieved context.",
+    "NonLLMContextRecall": _ragas(
+        "reference_contexts",
+        "share of the reference contexts string-similar to a retrieved context.",
     ),
-    "IDBasedContextPrecision": (
-        frozenset({"reference_ids"}),
-        "ragas: share of the distinct context document ids that are relevant.",
+    "IDBasedContextPrecision": _ragas(
+        "reference_ids", "share of the distinct context document ids that are relevant."
     ),
-    "IDBasedContextRecall": (
-        frozenset({"reference_ids"}),
-        "ragas: share of the relevant document ids among the contexts' ids.",
+    "IDBasedContextRecall": _ragas(
+        "reference_ids", "share of the relevant document ids among the contexts' ids."
     ),
-    "NonLLMStringSimilarity": (
-        frozenset({"response", "reference"}),
-        "ragas: 1 - normalised Levenshtein distance of answer and reference answer.",
+    "NonLLMStringSimilarity": _ragas(
+        "response reference", "1 - normalised Levenshtein distance of answer and reference answer."
     ),
-    "BleuScore": (
-        frozenset({"response", "reference"}),
-        "ragas: sacrebleu BLEU / 100 of the answer's sentences against the reference's.",
+    "BleuScore": _ragas(
+        "response reference",
+        "sacrebleu BLEU / 100 of the answer's sentences against the reference's.",
     ),
-    "RougeScore": (
-        frozenset({"response", "reference"}),
-        "ragas: ROUGE-L F-measure (rouge_score, stemmed) of answer and reference answer.",
+    "RougeScore": _ragas(
+        "response reference",
+        "ROUGE-L F-measure (rouge_score, stemmed) of answer and reference answer.",
     ),
-    "ExactMatch": (
-        frozenset({"response", "reference"}),
-        "ragas: 1 when the answer is the reference answer, character for character.",
+    "ExactMatch": _ragas(
+        "response reference", "1 when the answer is the reference answer, character for character."
     ),
-    "StringPresence": (
-        frozenset({"response", "reference"}),
-        "ragas: 1 when the reference answer occurs in the answer.",
+    "StringPresence": _ragas(
+        "response reference", "1 when the reference answer occurs in the answer."
     ),
-    "ChrfScore": (
-        frozenset({"response", "reference"}),
-        "ragas: sacrebleu chrF / 100 of the answer against the reference answer.",
+    "ChrfScore": _ragas(
+        "response reference", "sacrebleu chrF / 100 of the answer against the reference answer."
     ),
-    "Faithfulness": (
-        frozenset({"response", "llm"}),
-        "ragas: share of the answer's claims that an LLM finds supported by the contexts.",
+    "Faithfulness": _ragas(
+        "response llm", "share of the answer's claims that an LLM finds supported by the contexts."
     ),
-    "ResponseRelevancy": (
-        frozenset({"response", "llm", "embeddings"}),
-        "ragas: mean cosine of the question and questions an LLM derives from the answer.",
+    "ResponseRelevancy": _ragas(
+        "response llm embeddings",
+        "mean cosine of the question and questions an LLM derives from the answer.",
     ),
-    "LLMContextPrecisionWithReference": (
-        frozenset({"reference", "llm"}),
-        "ragas: average precision of the contexts an LLM finds useful for the reference.",
+    "LLMContextPrecisionWithReference": _ragas(
+        "reference llm", "average precision of the contexts an LLM finds useful for the reference."
     ),
-    "LLMContextPrecisionWithoutReference": (
-        frozenset({"response", "llm"}),
-        "ragas: average precision of the contexts an LLM finds useful for the answer.",
+    "LLMContextPrecisionWithoutReference": _ragas(
+        "response llm", "average precision of the contexts an LLM finds useful for the answer."
     ),
-    "LLMContextRecall": (
-        frozenset({"reference", "llm"}),
-        "ragas: share of the reference's statements an LLM attributes to the contexts.",
+    "LLMContextRecall": _ragas(
+        "reference llm", "share of the reference's statements an LLM attributes to the contexts."
     ),
-    "FactualCorrectness": (
-        frozenset({"response", "reference", "llm"}),
-        "ragas: F1 of the answer's and the reference's claims as an LLM checks them.",
+    "FactualCorrectness": _ragas(
+        "response reference llm",
+        "F1 of the answer's and the reference's claims as an LLM checks them.",
     ),
-    "ContextEntityRecall": (
-        frozenset({"reference", "llm"}),
-        "ragas: share of the reference's entities (found by an LLM) in the contexts.",
+    "ContextEntityRecall": _ragas(
+        "reference llm", "share of the reference's entities (found by an LLM) in the contexts."
     ),
-    "SemanticSimilarity": (
-        frozenset({"response", "reference", "embeddings"}),
-        "ragas: cosine similarity of the answer's and the reference answer's embeddings.",
+    "SemanticSimilarity": _ragas(
+        "response reference embeddings",
+        "cosine similarity of the answer's and the reference answer's embeddings.",
     ),
 }
 """The ragas metrics ``ragas:<Name>`` accepts: Name → (what it needs, one-line doc). Name is

@@ -122,16 +122,10 @@ class RagbenchLLM(BaseRagasLLM):
         ]
         return LLMResult(generations=[[Generation(text=r.text) for r in replies]])
 
-    async def agenerate_text(
-        self,
-        prompt: PromptValue,
-        n: int = 1,
-        temperature: float | None = 0.01,
-        stop: list[str] | None = None,
-        callbacks: Callbacks = None,
-    ) -> LLMResult:
-        """``generate_text`` in the client's pool of ``max_concurrency`` threads."""
-        call = partial(self.generate_text, prompt, n, temperature, stop)
+    async def agenerate_text(self, prompt: PromptValue, *args: Any, **kwargs: Any) -> LLMResult:
+        """``generate_text`` (the same arguments) in the client's pool of ``max_concurrency``
+        threads."""
+        call = partial(self.generate_text, prompt, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
     def is_finished(self, response: LLMResult) -> bool:

@@ -84,10 +84,15 @@ class AgenticRetrieverConfig(StepConfig):
     decompose: int = Field(3, ge=1)
     """At most this many sub-questions (1: none)."""
     candidates: int = Field(10, gt=0)
+    """Chunks the inner retriever finds per sub-question and round."""
     min_relevant: int = Field(3, gt=0)
+    """Relevant chunks that end the loop before ``max_rounds``."""
     max_rounds: int = Field(3, gt=0)
+    """At most this many rounds of retrieval (1: no reformulation)."""
     fb_docs: int = Field(3, gt=0)
     fb_terms: int = Field(5, gt=0)
+    """Offline reformulation: the ``fb_terms`` most frequent new words of the ``fb_docs`` best
+    candidates are added to the sub-question."""
 
     @model_validator(mode="after")
     def _judge_needs_llm(self) -> AgenticRetrieverConfig:

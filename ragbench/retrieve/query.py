@@ -228,16 +228,12 @@ class HydeConfig(_LLMQueryConfig):
         return [passage if self.mode == "replace" else f"{query}\n{passage}"]
 
 
-class MultiQueryConfig(_LLMQueryConfig):
-    """``n`` LLM paraphrases, searched separately and fused per query (RRF)."""
+class _SeveralTextsConfig(_LLMQueryConfig):
+    """LLM transforms that make up to ``n`` texts of a query, searched separately and fused per
+    query (RRF), the query itself first with ``include_original``."""
 
-    kind: Literal["multi_query"] = "multi_query"
     n: int = Field(3, gt=0, le=20)
     include_original: bool = True
-    prompt: str = (
-        "Write {n} different rephrasings of the search query, one per line, without "
-        "numbering.\n\nQuery: {query}\nParaphrases:"
-    )
 
     @property
     def varies(self) -> bool:
@@ -245,32 +241,31 @@ class MultiQueryConfig(_LLMQueryConfig):
         return True
 
     def texts(self, query: str, reply: str) -> list[str]:
-        """The paraphrases (after the query with ``include_original``)."""
+        """The reply's lines (after the query with ``include_original``)."""
         found = _lines(reply, self.n)
         return list(dict.fromkeys([query, *found] if self.include_original else found))
 
 
-class DecomposeConfig(_LLMQueryConfig):
+class MultiQueryConfig(_SeveralTextsConfig):
+    """``n`` LLM paraphrases, searched separately and fused per query (RRF)."""
+
+    kind: Literal["multi_query"] = "multi_query"
+    prompt: str = (
+        "Write {n} different rephrasings of the search query, one per line, without "
+        "numbering.\n\nQuery: {query}\nParaphrases:"
+    )
+
+
+class DecomposeConfig(_SeveralTextsConfig):
     """An LLM splits the query into at most ``n`` sub-questions, searched and fused (RRF)."""
 
     kind: Literal["decompose"] = "decompose"
-    n: int = Field(3, gt=0, le=20)
     include_original: bool = False
     prompt: str = (
         "Split the query into at most {n} simpler sub-questions that together answer it, one "
         "per line, without numbering. If it is already simple, repeat it.\n\n"
         "Query: {query}\nSub-questions:"
     )
-
-    @property
-    def varies(self) -> bool:
-        """Several texts per query."""
-        return True
-
-    def texts(self, query: str, reply: str) -> list[str]:
-        """The sub-questions (after the query with ``include_original``)."""
-        found = _lines(reply, self.n)
-        return list(dict.fromkeys([query, *found] if self.include_original else found))
 
 
 for _config in (
