@@ -17,9 +17,10 @@
 * ``--tiny`` runs every section on tiny slices (a few documents and queries, the hashing
   embedder, tiny random models) into a temporary directory: a smoke test, not results.
 
-Sections that need the shared datasets (/work/shared/datasets) are skipped, with the reason in
-the file, when they are absent. A failing section is recorded as failed and the others still
-run; the exit code is 1 when any section failed.
+Sections that need the shared datasets (``shared/datasets`` beside the repository) are
+skipped, with the reason in the file, when they are absent. A failing section is recorded as
+failed and the others still run; the exit code is 1 when any section failed. Each section of
+the file is stamped with the command, date and commit that measured it.
 """
 
 from __future__ import annotations
@@ -42,17 +43,20 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from benchmarks import bench_quality, results
+from benchmarks import bench_chunking, bench_prf, bench_quality, results
+from benchmarks.machine import machine
+from benchmarks.render import relative
+from ragbench.experiment.latency import cpu_times, other_cpu_share
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "RESULTS.md"
 TINY_QUERIES = 5
-ONNX_CONFIG = REPO / "experiments" / "scifact-onnx.yaml"
 QUICKSTART = REPO / "experiments" / "quickstart.yaml"
 INT8 = (
     '{"kind": "sentence-transformers", "model": "all-MiniLM-L6-v2", "max_seq_length": 256, '
     '"backend": "onnx", "quantize": "int8"}'
 )
+CACHE = "`RAGBENCH_CACHE` (default `~/.cache/ragbench`)"  # where the stage cache was, generically
 WALL_EMBEDDER = [f"sweep.embedder=[{INT8}]", f"sweep.reranker[1].embedder={INT8}"]
 
 
@@ -76,7 +80,7 @@ class Settings:
         """Chroma's chunking evaluation set, or a one-corpus slice."""
         if not self.tiny:
             return bench_quality.CHUNKING_EVAL
-        return bench_quality.tiny_chunking(bench_quality.CHUNKING_EVAL, self.data / "chunking")
+        return bench_chunking.tiny_chunking(bench_quality.CHUNKING_EVAL, self.data / "chunking")
 
     def overrides(self, config: Path, dataset: Path, one_chunker: bool = False) -> list[str]:
         """Config overrides for a tiny run (none otherwise)."""
@@ -96,7 +100,7 @@ class Skip(Exception):
 
 def _need(path: Path) -> None:
     if not path.exists():
-        raise Skip(f"dataset not available: {path}")
+        raise Skip(f"dataset not available: {path.relative_to(REPO.parent)}")
 
 
 # ---------------------------------------------------------------- sections
@@ -113,18 +117,14 @@ def scifact(s: Settings) -> dict[str, Any]:
 
 def chunking(s: Settings) -> dict[str, Any]:
     """chunking.yaml (``--full``)."""
-    if not (s.full or s.tiny):
-        raise Skip("runs with --full")
     _need(bench_quality.CHUNKING_EVAL)
     dataset = s.chunking_eval()
-    overrides = s.overrides(bench_quality.CHUNKING, dataset)
-    return bench_quality.chunking(s.runs, s.cache, overrides, s.limit)
+    overrides = s.overrides(bench_chunking.CONFIG, dataset)
+    return bench_chunking.chunking(s.runs, s.cache, overrides, s.limit)
 
 
 def tuned(s: Settings) -> dict[str, Any]:
     """experiments/scifact-tuned.yaml if it exists (``--full``)."""
-    if not (s.full or s.tiny):
-        raise Skip("runs with --full")
     if not bench_quality.TUNED.is_file():
         raise Skip(f"{bench_quality.TUNED.relative_to(REPO)} does not exist yet")
     _need(bench_quality.SCIFACT)
@@ -136,20 +136,16 @@ def tuned(s: Settings) -> dict[str, Any]:
 
 def prf(s: Settings) -> dict[str, Any]:
     """scifact-prf.yaml: RM3 on BM25, selected on train, reported on test (``--full``)."""
-    if not (s.full or s.tiny):
-        raise Skip("runs with --full")
     _need(bench_quality.SCIFACT)
-    overrides = s.overrides(bench_quality.PRF, s.scifact())
-    return bench_quality.prf(s.runs, s.cache, overrides, s.limit)
+    overrides = s.overrides(bench_prf.CONFIG, s.scifact())
+    return bench_prf.prf(s.runs, s.cache, overrides, s.limit)
 
 
 def window(s: Settings) -> dict[str, Any]:
     """chunking-window.yaml: sentence chunks with and without windows (``--full``)."""
-    if not (s.full or s.tiny):
-        raise Skip("runs with --full")
     _need(bench_quality.CHUNKING_EVAL)
-    overrides = s.overrides(bench_quality.WINDOW, s.chunking_eval())
-    return bench_quality.chunking_window(s.runs, s.cache, overrides, s.limit)
+    overrides = s.overrides(bench_chunking.WINDOW_CONFIG, s.chunking_eval())
+    return bench_chunking.chunking_window(s.runs, s.cache, overrides, s.limit)
 
 
 def metrics(s: Settings) -> dict[str, Any]:
@@ -201,22 +197,12 @@ def embed(s: Settings) -> dict[str, Any]:
     return bench_embed.measure(bench_embed.texts_of(bench_quality.SCIFACT, 300))
 
 
-def _backend(row: Any) -> str:
-    """A trial's embedder backend (torch, onnx or onnx-int8) from its ``param.*`` columns,
-    which are empty for options left at their default."""
-    backend = row.get("param.embedder.backend")
-    name = backend if isinstance(backend, str) else "torch"
-    return name + ("-int8" if row.get("param.embedder.quantize") == "int8" else "")
-
-
 def onnx(s: Settings) -> dict[str, Any]:
     """Torch against the ONNX backend (fp32, int8): texts/s on 300 SciFact abstracts, and
     nDCG@10 of each on SciFact through scifact-onnx.yaml (``--full``)."""
     from benchmarks import bench_embed
     from benchmarks.models import local_model
 
-    if not (s.full or s.tiny):
-        raise Skip("runs with --full")
     _need(bench_quality.SCIFACT)
     overrides = [f"dataset.path={json.dumps(str(s.scifact()))}"]
     if s.tiny:
@@ -225,31 +211,13 @@ def onnx(s: Settings) -> dict[str, Any]:
         overrides += [f"sweep.embedder[{i}].model={json.dumps(model)}" for i in (0, 1)]
     else:
         speed = bench_embed.backends(bench_embed.texts_of(bench_quality.SCIFACT, 300))
-    config = bench_quality.load_config(ONNX_CONFIG, overrides)
-    done = bench_quality.run_config(config, s.runs / "scifact-onnx", s.limit, s.cache)
-    trials = done["result"].trials
-    quality = [
-        {
-            "backend": _backend(row),
-            "ndcg@10": float(row["ndcg@10"]),
-            "recall@100": float(row["recall@100"]),
-        }
-        for _, row in trials[trials["status"] == "ok"].iterrows()
-    ]
-    return {
-        "speed": speed,
-        "quality": quality,
-        "run": bench_quality.relative(done["result"].path),
-        "queries": int(done["result"].manifest["queries"]["count"]),
-    }
+    return bench_embed.onnx_quality(speed, overrides, s.runs, s.limit, s.cache)
 
 
 def latency(s: Settings) -> dict[str, Any]:
     """The same dense sweep's latency pass, quiet and under two CPU burners (``--full``)."""
     from benchmarks import bench_latency
 
-    if not (s.full or s.tiny):
-        raise Skip("runs with --full")
     if s.tiny:
         return bench_latency.measure(
             queries=TINY_QUERIES, embedder=bench_quality.HASHING, processes=1
@@ -262,8 +230,6 @@ def estimate(s: Settings) -> dict[str, Any]:
     from benchmarks import bench_estimate
 
     _need(bench_quality.SCIFACT)
-    if not (s.full or s.tiny):
-        raise Skip("runs with --full")
     if s.tiny:
         return bench_estimate.measure(s.scifact(), bench_quality.HASHING, TINY_QUERIES)
     return bench_estimate.measure()
@@ -274,8 +240,6 @@ def agreement(s: Settings) -> dict[str, Any]:
     on SciFact and the chunking evaluation: do they rank one sweep's trials alike? (``--full``)"""
     from benchmarks import bench_agreement
 
-    if not (s.full or s.tiny):
-        raise Skip("runs with --full")
     _need(bench_quality.SCIFACT)
     _need(bench_quality.CHUNKING_EVAL)
     if not s.tiny:
@@ -303,8 +267,6 @@ def rerank(s: Settings) -> dict[str, Any]:
     """The cross-encoder path on scifact-rerank.yaml and its latency (``--full``)."""
     from benchmarks import bench_rerank
 
-    if not (s.full or s.tiny):
-        raise Skip("runs with --full")
     _need(bench_quality.SCIFACT)
     if s.tiny:
         return bench_rerank.measure(
@@ -335,8 +297,6 @@ def wall(s: Settings) -> dict[str, Any]:
     (``--full``; tiny: the demo set, hashing embedder, 5 queries)."""
     from benchmarks import bench_wall
 
-    if not (s.full or s.tiny):
-        raise Skip("runs with --full")
     if s.tiny:
         demo = s.overrides(QUICKSTART, REPO / "datasets" / "demo")
         return {"runs": [bench_wall.measure(QUICKSTART, demo, TINY_QUERIES)]}
@@ -350,15 +310,13 @@ def scale(s: Settings) -> dict[str, Any]:
     1k and 3k chunks, the plot in the temporary directory)."""
     from benchmarks import bench_scale
 
-    if not (s.full or s.tiny):
-        raise Skip("runs with --full")
     if s.tiny:
         found = bench_scale.measure(sizes=(1_000, 3_000), queries=4 * TINY_QUERIES)
         path = s.runs / "scale.png"
     else:
         found = bench_scale.measure()
         path = REPO / "benchmarks" / "scale.png"
-    found["plot"] = bench_quality.relative(bench_scale.plot(found, path))
+    found["plot"] = relative(bench_scale.plot(found, path))
     return found
 
 
@@ -366,8 +324,6 @@ def dask(s: Settings) -> dict[str, Any]:
     """Serial, process-pool and Dask executors on one CPU-bound demo sweep (``--full``)."""
     from benchmarks import bench_dask
 
-    if not (s.full or s.tiny):
-        raise Skip("runs with --full")
     if s.tiny:
         return bench_dask.measure(limit_queries=TINY_QUERIES, sizes=(300,))
     return bench_dask.measure()
@@ -396,6 +352,12 @@ SECTIONS: list[tuple[str, Callable[[Settings], dict[str, Any]]]] = [
 ]
 
 
+FULL_ONLY = {  # sections that run with --full (and --tiny) only
+    *("chunking", "tuned", "prf", "window", "rerank", "onnx", "latency", "estimate"),
+    *("agreement", "wall", "scale", "dask"),
+}
+
+
 def run_sections(s: Settings, only: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
     """Run every section (or those in ``only``); failures are recorded, not raised."""
     out: dict[str, dict[str, Any]] = {}
@@ -406,6 +368,8 @@ def run_sections(s: Settings, only: Sequence[str] = ()) -> dict[str, dict[str, A
         started = time.perf_counter()
         print(f"[benchmarks] {name} ...", file=sys.stderr, flush=True)
         try:
+            if name in FULL_ONLY and not (s.full or s.tiny):
+                raise Skip("runs with --full")
             out[name] = section(s)
         except Skip as why:
             out[name] = {"skipped": str(why)}
@@ -446,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         runs = REPO / "runs" / "bench"
     settings = Settings(args.full, args.tiny, runs, cache, runs / "data")
-    cpu_start = results.cpu_times()
+    cpu_start = cpu_times()
     started = time.perf_counter()
     try:
         sections = run_sections(settings, args.only)
@@ -461,12 +425,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     found = {
         "mode": "tiny" if args.tiny else "full" if args.full else "default",
         "command": command,
-        "machine": results.machine(),
-        "cache_root": cache,
-        "runs": bench_quality.relative(runs),
+        "machine": machine(),
+        "cache": "the `--cache` directory" if args.cache else CACHE,
+        "runs": relative(runs),
         "runs_kept": temporary is None,
         "seconds": seconds,
-        "other_cpu": results.other_cpu_share(cpu_start, results.cpu_times(), seconds),
+        "other_cpu": other_cpu_share(cpu_start, cpu_times(), seconds),
         "sections": sections,
     }
     if args.only and args.out.is_file():

@@ -25,6 +25,8 @@ retriever kind (positive: the generated set ranks that kind lower).
 
 ``python -m benchmarks.bench_agreement [--n N] [--seeds K] [--limit-queries N]`` prints the
 figures.
+
+``AGREEMENT`` draws its RESULTS.md section (with ``bench_judged.draw``'s paragraph).
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ import pandas as pd
 from scipy import stats
 
 from benchmarks import bench_judged
-from benchmarks.bench_quality import CHUNKING_EVAL, REPO, RUNS, SCIFACT, relative, run_config
+from benchmarks.bench_quality import CHUNKING_EVAL, RUNS, SCIFACT, run_config
+from benchmarks.render import REPO, Figures, Lines, one_line, part, relative, table
 from ragbench.data.generate import IctMethod, LLMMethod, Method, generate
 from ragbench.errors import RagbenchError
 from ragbench.experiment.config import ExperimentConfig, load_config
@@ -296,6 +299,153 @@ def measure(
         ks=tuple(judged_ks),
     )
     return found
+
+
+# ---------------------------------------------------------------- RESULTS.md
+
+HEADERS = (
+    "set",
+    "metric",
+    "Kendall τ-b (95% CI)",
+    "Spearman ρ",
+    "same best",
+    "regret",
+    "confidence in the generated set's pick",
+)
+NAMES = {"scifact": "SciFact (BEIR test queries)", "chunking": "Chunking evaluation (Chroma)"}
+
+
+def _row(name: str, a: Figures) -> tuple[str, ...]:
+    """One set's agreement on one metric."""
+    tied = len(a["best_synthetic"]) > 1
+    return (
+        name,
+        a["metric"],
+        f"{a['tau']:.3f} ({a['tau_low']:.3f} to {a['tau_high']:.3f})",
+        f"{a['rho']:.3f}",
+        "tie" if tied else ("yes" if a["same_best"] else "no"),
+        f"{a['regret']:+.4f}",
+        one_line(a["confidence"] or "–"),
+    )
+
+
+def _seed_spread(corpus: Figures) -> Lines:
+    """τ-b and regret of every seed, per metric."""
+    seeds = corpus["seeds"]
+    if len(seeds) < 2:
+        return []
+    lines = []
+    for i, metric in enumerate(corpus["metrics"]):
+        taus = [found["agreement"][i]["tau"] for found in seeds.values()]
+        regrets = [found["agreement"][i]["regret"] for found in seeds.values()]
+        lines.append(
+            f"- {metric}, seeds {', '.join(seeds)}: τ-b "
+            f"{', '.join(f'{t:.3f}' for t in taus)} (mean {np.mean(taus):.3f}); regret "
+            f"{', '.join(f'{r:+.4f}' for r in regrets)}."
+        )
+    return lines
+
+
+def _swaps(details: Figures) -> str:
+    """Seed 0's swaps and mean rank change per retriever kind."""
+    change = ", ".join(
+        f"{kind} {v:+.1f}" for kind, v in sorted(details["change_by_retriever"].items())
+    )
+    swaps = "; ".join(
+        f"`{one_line(w['label_ahead_on_real'])}` ahead on real, "
+        f"`{one_line(w['label_ahead_on_synthetic'])}` ahead on generated"
+        for w in details["swaps"][:2]
+    )
+    return (
+        f"- Seed 0: {details['swapped']} pairs of trials swap places (most moved: {swaps}). "
+        f"Mean rank change per retriever kind (generated rank − real rank; positive: the "
+        f"generated set ranks it lower): {change}."
+    )
+
+
+def _ceiling(found: Figures | None) -> Lines:
+    """Real train labels against the real test labels, for scale."""
+    if not found:
+        return []
+    return [
+        f"**Real labels against real labels, for scale.** The same sweep on SciFact's 809 real "
+        f"*train* queries ({found['run']['run']}): {found['samples']} random samples of "
+        f"{found['queries']} of them against the test labels reach Kendall τ-b "
+        f"{found['tau_mean']:.3f} ± {found['tau_sd']:.3f} on {found['metric']} (τ-b ≥ 0.8 in "
+        f"{found['tau_at_least_0_8']:.0%} of the samples; the sample's pick within 0.005 of the "
+        f"real best in {found['regret_at_least_minus_0_005']:.0%}; mean regret "
+        f"{found['regret_mean']:+.4f}). An independent set of real queries of that size agrees "
+        "that well with the test labels; a generated set near it is as good as more real "
+        "queries would be.",
+        "",
+    ]
+
+
+def _llm_floor(found: Figures | None) -> Lines:
+    """The ``llm`` method with a small local model."""
+    if not found:
+        return []
+    if "skipped" in found or "error" in found:
+        why = found.get("skipped") or f"failed: {found['error']}"
+        return [f"**`llm` with a local model**: {why}.", ""]
+    made = found["set"]
+    dropped = ", ".join(f"{reason} {n:,}" for reason, n in made["dropped"].items()) or "none"
+    return [
+        f"**`llm` with a local model, a floor**: `--method llm` with {found['model']} (135M "
+        "parameters, llama.cpp on loopback, `ragbench.llm.local`): "
+        f"{made['queries']} questions written ({made['requests']} requests; dropped: "
+        f"{dropped}). At this size the questions are near noise; a real model does better.",
+        "",
+        table(HEADERS, [_row("llm", a) for a in found["agreement"]]),
+        "",
+    ]
+
+
+def _corpus_lines(key: str, corpus: Figures) -> Lines:
+    """One corpus: its sets, seed 0's agreement per metric, the other seeds and the swaps."""
+    real = corpus["real"]
+    seed, first = next(iter(corpus["seeds"].items()))
+    evaluated = first["agreement"][0]["queries"]
+    return [
+        f"**{NAMES.get(key, key)}**: `{corpus['config']}`; real: {real['queries']} queries; "
+        f"generated: {first['set']['queries']} queries, of which "
+        f"{evaluated[1] if evaluated else '–'} "
+        "evaluated (span metrics score the queries with span evidence).",
+        "",
+        table(HEADERS, [_row(f"seed {seed}", a) for a in first["agreement"]]),
+        "",
+        *_seed_spread(corpus),
+        _swaps(corpus["details"]),
+        "",
+    ]
+
+
+METHOD = (
+    "Does a set of generated queries rank configurations like real labels? Per corpus one "
+    "sweep runs on the real queries and on sets generated from the same corpus with the "
+    "default offline method (`ragbench datasets generate DIR --out OUT --n {n} "
+    "--seed S`: a sentence is the query, cut out of the corpus the set is evaluated on; "
+    "sentences with digits, code or a back-reference are skipped; span evidence is the "
+    "neighbouring sentences that share three of its terms). `ragbench.report.agreement` "
+    "compares the trials' mean metric: Kendall τ-b with its 95% bootstrap interval (each "
+    "set's queries resampled), Spearman ρ, whether both pick the same best trial, the "
+    "regret of the generated set's pick (its real value minus the real best) and the "
+    "bootstrap confidence in that pick."
+)
+
+
+def draw(section: Figures) -> Lines:
+    """Per corpus the generated sets' agreement with the real labels, then the ceiling, the
+    ``llm`` floor and how many judged queries check a pick."""
+    lines = [METHOD.format(n=section["n"]), ""]
+    for key, corpus in section["corpora"].items():
+        lines += _corpus_lines(key, corpus)
+        if key == "scifact":
+            lines += _ceiling(section.get("ceiling"))
+    return [*lines, *_llm_floor(section.get("llm")), *bench_judged.draw(section.get("judged"))]
+
+
+AGREEMENT = part("agreement", "Agreement of generated labels with real ones", draw)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

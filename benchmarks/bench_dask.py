@@ -7,6 +7,8 @@ fresh stage cache: serially, on the process pool and on a Dask LocalCluster with
 single-threaded worker processes. It prints the wall times (cluster start-up included), the
 speed-ups over serial, and whether every executor produced the same trials with the same
 metrics. ``measure()`` returns the figures as a dict.
+
+``DASK`` draws its RESULTS.md section.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import results
+from benchmarks.render import Figures, Lines, num, part, percent, ratio, table
 from benchmarks.timing import best_time
 from ragbench.experiment import runner
+from ragbench.experiment.latency import cpu_times, other_cpu_share
 
 EXECUTORS = ("serial", "process", "dask")
 METRICS = ["ndcg@10", "recall@20"]
@@ -61,7 +64,7 @@ def measure(
     config = sweep_config(dataset, sizes)
     rows, frames = [], {}
     for executor in EXECUTORS:
-        before = results.cpu_times()
+        before = cpu_times()
         seconds, run = best_time(
             lambda executor=executor: runner.run(
                 config,
@@ -83,7 +86,7 @@ def measure(
                 "workers": 1 if executor == "serial" else workers,
                 "seconds": seconds,
                 "failed": int((trials["status"] != "ok").sum()),
-                "other_cpu": results.other_cpu_share(before, results.cpu_times(), seconds),
+                "other_cpu": other_cpu_share(before, cpu_times(), seconds),
             }
         )
     serial = rows[0]["seconds"]
@@ -102,6 +105,43 @@ def measure(
         "rows": rows,
         "same_results": same,
     }
+
+
+# ---------------------------------------------------------------- RESULTS.md
+
+NAMES = {"serial": "serial", "process": "process pool", "dask": "Dask LocalCluster"}
+HEADERS = ("executor", "workers", "wall time (s)", "speed-up vs serial", "failed", "others' CPU")
+
+
+def draw(section: Figures) -> Lines:
+    """Wall time of the same sweep on each executor."""
+    rows = [
+        (
+            NAMES[r["executor"]],
+            num(r["workers"]),
+            num(r["seconds"], 1),
+            ratio(r["speedup"]),
+            num(r["failed"]),
+            percent(r["other_cpu"]),
+        )
+        for r in section["rows"]
+    ]
+    same = "yes" if section["same_results"] else "**no**"
+    return [
+        f"One sweep on `{section['dataset']}`: {section['trials']} trials ("
+        f"{section['chunkings']} recursive chunkings × BM25 with two k1, dense and hybrid RRF "
+        f"over the `hashing` embedder), {section['queries']} queries, run by "
+        "`ragbench.experiment.runner.run` on each executor from a cold stage cache of its own "
+        "(wall time, cluster start-up included; workers are single-threaded processes).",
+        "",
+        table(HEADERS, rows),
+        "",
+        f"Same trials and metrics on every executor: {same}. The machine has 2 cores, so 2 "
+        "workers bound the speed-up at 2x; the parent process commits every trial itself.",
+    ]
+
+
+DASK = part("dask", "Executors: Dask LocalCluster against serial", draw)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,6 +14,9 @@ returns the figures as a dict.
 (torch) with ragbench's embedder on ONNX Runtime, fp32 and int8 (``backend: onnx``); the
 exports are built (or read from the cache) before timing, and every side runs alternately,
 the fastest of ``--repeat`` passes counting.
+
+``ONNX`` draws the backends' RESULTS.md section; ``library_rows`` / ``library_note`` are
+the embedding's part of ``bench_retrieval.LIBRARIES``.
 """
 
 from __future__ import annotations
@@ -26,9 +29,13 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.bench_quality import load_config, run_config
 from benchmarks.bench_retrieval import DEFAULT_DATASET, load_scifact
+from benchmarks.render import REPO, Figures, Lines, met, num, part, ratio, relative, signed, table
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+ONNX_CONFIG = REPO / "experiments" / "scifact-onnx.yaml"
+TARGET_RATIO = 0.95  # ragbench's texts/s over a direct encode
 
 
 def texts_of(dataset: Path | str, n: int) -> list[str]:
@@ -164,6 +171,130 @@ def backends(
         "repeat": repeat,
         "rows": rows,
     }
+
+
+def _backend(row: Any) -> str:
+    """A trial's embedder backend (torch, onnx or onnx-int8) from its ``param.*`` columns,
+    which are empty for options left at their default."""
+    backend = row.get("param.embedder.backend")
+    name = backend if isinstance(backend, str) else "torch"
+    return name + ("-int8" if row.get("param.embedder.quantize") == "int8" else "")
+
+
+def onnx_quality(
+    speed: Figures, overrides: Sequence[str], runs: Path, limit: int | None, cache_root: str
+) -> Figures:
+    """The backends' speed (``backends()``) with each one's SciFact quality, through
+    scifact-onnx.yaml with ``overrides``."""
+    config = load_config(ONNX_CONFIG, list(overrides))
+    done = run_config(config, runs / "scifact-onnx", limit, cache_root)
+    trials = done["result"].trials
+    quality = [
+        {
+            "backend": _backend(row),
+            "ndcg@10": float(row["ndcg@10"]),
+            "recall@100": float(row["recall@100"]),
+        }
+        for _, row in trials[trials["status"] == "ok"].iterrows()
+    ]
+    return {
+        "speed": speed,
+        "quality": quality,
+        "run": relative(done["result"].path),
+        "queries": int(done["result"].manifest["queries"]["count"]),
+    }
+
+
+def library_rows(m: Figures) -> list[tuple[str, ...]]:
+    """The row ragbench's embedder adds to RESULTS.md's comparison with the libraries it wraps
+    (``bench_retrieval.LIBRARIES``)."""
+    return [
+        (
+            f"embedding, {m['texts']} SciFact abstracts (texts/s)",
+            num(m["ragbench_per_s"], 1),
+            f"SentenceTransformer.encode {num(m['direct_per_s'], 1)}",
+            ratio(m["ratio"]),
+            "≥ 0.95x",
+            met(m["ratio"], TARGET_RATIO),
+        )
+    ]
+
+
+def library_note(m: Figures) -> str:
+    """What the embedding row measured."""
+    return (
+        f"Embedding: model `{Path(m['model']).name}`, batch {m['batch_size']}, max_seq_length "
+        f"{m['max_seq_length']}, mean {m['mean_chars']:.0f} characters per text; ragbench "
+        f"{num(m['ragbench_s'], 2)} s vs direct {num(m['direct_s'], 2)} s (fastest of the "
+        "passes, run alternately); largest difference between the two sets of vectors "
+        f"{m['max_abs_diff']:.1e}."
+    )
+
+
+ONNX_HEADERS = (
+    "backend",
+    "texts/s",
+    "vs torch",
+    "cosine to torch (mean)",
+    "cosine (min)",
+    "nDCG@10",
+    "R@100",
+    "Δ nDCG@10 vs torch",
+)
+WHY_NOT_EXTRA = (
+    "Why not sentence-transformers' `[onnx]` extra: it pulls optimum-onnx, which pins "
+    "transformers < 4.58 and would downgrade sentence-transformers; ragbench exports with "
+    "`torch.onnx.export` and needs only `onnxruntime` and `onnx` (`pip install "
+    "ragbench[onnx]`)."
+)
+
+
+def _gain(quality: dict[str, Figures], backend: str) -> float | None:
+    """``backend``'s nDCG@10 minus torch's (None when either is missing)."""
+    torch_ndcg = quality.get("torch", {}).get("ndcg@10")
+    ndcg = quality.get(backend, {}).get("ndcg@10")
+    return None if torch_ndcg is None or ndcg is None else ndcg - torch_ndcg
+
+
+def draw_onnx(section: Figures) -> Lines:
+    """Each backend's speed and its SciFact quality against torch."""
+    speed = section["speed"]
+    quality = {q["backend"]: q for q in section["quality"]}
+    names = {"torch": "torch", "onnx-fp32": "onnx", "onnx-int8": "onnx-int8"}
+    rows = [
+        (
+            r["backend"],
+            num(r["per_s"], 1),
+            ratio(r["speedup"]),
+            num(r["mean_cosine"], 4),
+            num(r["min_cosine"], 4),
+            num(quality.get(names[r["backend"]], {}).get("ndcg@10")),
+            num(quality.get(names[r["backend"]], {}).get("recall@100")),
+            signed(_gain(quality, names[r["backend"]])),
+        )
+        for r in speed["rows"]
+    ]
+    int8 = next(r for r in speed["rows"] if r["backend"] == "onnx-int8")
+    gain8 = _gain(quality, "onnx-int8")
+    kept = "(not measured)" if gain8 is None else met(-gain8, 0.005, lower_is_better=True)
+    return [
+        f"Speed: {speed['texts']} SciFact abstracts (title + text, mean {speed['mean_chars']:.0f} "
+        f"characters), model `{Path(speed['model']).name}`, max_seq_length "
+        f"{speed['max_seq_length']}; torch is `SentenceTransformer.encode` (batch "
+        f"{speed['batch_size']}), the ONNX rows ragbench's embedder with `backend: onnx` "
+        "(exported once and cached; batches of at most 1,024 padded tokens, texts sorted by "
+        f"length); all three alternate, fastest of {speed['repeat']} passes. Quality: "
+        f"`{section['run']}`, exact cosine over the whole corpus, {section['queries']} test "
+        "queries.",
+        "",
+        table(ONNX_HEADERS, rows),
+        "",
+        f"Target: int8 ≥ 2x torch's texts/s {met(int8['speedup'], 2.0)} with at most 0.005 "
+        f"nDCG@10 lost {kept}. {WHY_NOT_EXTRA}",
+    ]
+
+
+ONNX = part("onnx", "ONNX backend: int8 MiniLM against torch, speed and SciFact quality", draw_onnx)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

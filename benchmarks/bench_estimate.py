@@ -7,6 +7,8 @@ runs it cold in a fresh process over another empty cache, and reports both per t
 total: the estimate should be within 2× of the run.
 
 ``python -m benchmarks.bench_estimate [--queries N]``; ``measure()`` returns the figures.
+
+``ESTIMATE`` draws its RESULTS.md section.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import bench_quality
+from benchmarks.render import Figures, Lines, num, part, table
 
 INT8 = {
     "kind": "sentence-transformers",
@@ -96,6 +99,35 @@ def measure(
         "wall_s": cold["wall_s"],
         "ratio": estimated / cold["manifest_s"],
     }
+
+
+# ---------------------------------------------------------------- RESULTS.md
+
+
+def draw(section: Figures) -> Lines:
+    """The dry run's estimate per trial against the cold run's time."""
+    s = section
+    rows = [
+        (r["label"], r["work"], num(r["estimated_s"], 1), num(r["measured_s"], 1))
+        for r in s["rows"]
+    ]
+    within = 0.5 <= s["ratio"] <= 2
+    return [
+        f"`ragbench run --dry-run` on a {s['dataset']} sweep (whole abstracts: BM25, dense "
+        "MiniLM int8 and their RRF hybrid) over an empty stage cache, then the same sweep run "
+        "cold in a fresh process over another empty cache. The dry run computes the chunkings, "
+        "loads each model and times it on a sample of the texts it will embed; a stage trials "
+        f"share is counted for the first. The dry run itself took {s['dry_run_s']:.0f} s.",
+        "",
+        table(["trial", "work the dry run found", "estimated (s)", "measured (s)"], rows),
+        "",
+        f"Total: estimated {s['estimated_s']:.0f} s, measured {s['measured_s']:.0f} s "
+        f"(the trials; {s['wall_s']:.0f} s with loading the data): estimate / measured "
+        f"{s['ratio']:.2f}, target within 2× {'✓' if within else '✗'}.",
+    ]
+
+
+ESTIMATE = part("estimate", "Dry-run estimate against the cold run", draw)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

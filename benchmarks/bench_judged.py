@@ -24,6 +24,8 @@ better than chance, as the sample sees it).
 [--ks 20 50 100] [--repetitions 200] [--seed 0]`` prints the figures as JSON (defaults: the
 SciFact runs of the agreement benchmark, runs/bench/agreement-scifact: ``real`` and the
 generated set ``seed-0``; ``python -m benchmarks --full --only agreement`` makes them).
+
+``draw`` is its paragraph of RESULTS.md's agreement section.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from benchmarks.render import Figures, Lines, num, table
 from ragbench.errors import DataError
 from ragbench.evaluate.significance import bootstrap_means
 from ragbench.experiment.store import RunStore
@@ -125,6 +128,46 @@ def measure(
         "seed": seed,
         "by_k": by_k,
     }
+
+
+# ---------------------------------------------------------------- RESULTS.md
+
+HEADERS = (
+    "judged queries",
+    "τ-b median (5th to 95th percentile)",
+    "interval (median bounds)",
+    "interval width (median)",
+    "interval holds τ-b against all real queries",
+    "lower bound above 0",
+)
+
+
+def draw(found: Figures | None) -> Lines:
+    """The agreement section's paragraph on judged queries (nothing when not measured)."""
+    if not found or "by_k" not in found:
+        return []
+    rows = [
+        (
+            num(k["k"], 0),
+            f"{k['median_tau']:.3f} ({k['tau_p05_p95'][0]:.3f} to {k['tau_p05_p95'][1]:.3f})",
+            f"{k['median_interval'][0]:.3f} to {k['median_interval'][1]:.3f}",
+            f"{k['median_width']:.3f}",
+            f"{k['covers_tau_all']:.0%}",
+            f"{k['above_chance']:.0%}",
+        )
+        for k in found["by_k"]
+    ]
+    return [
+        "**How many judged queries check the pick?** Standing a random sample of k real "
+        "SciFact queries in for k queries judged by hand (`ragbench datasets judge`), "
+        f"{found['repetitions']} samples per k: τ-b of the generated set (seed 0) against the "
+        "sample, with its 95% bootstrap interval (both sides resampled, as the command prints "
+        f"it; `python -m benchmarks.bench_judged`). Against all {found['queries']['real']} real "
+        f"queries τ-b is {found['tau_all']:.3f}.",
+        "",
+        table(HEADERS, rows),
+        "",
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

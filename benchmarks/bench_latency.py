@@ -16,6 +16,8 @@ fastest repeat within a process, the time when nothing else gets in the way.
 
 ``python -m benchmarks.bench_latency [--burners N] [--queries N]``; ``measure()`` returns the
 figures as a dict.
+
+``LATENCY`` draws its RESULTS.md section.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from benchmarks.render import Figures, Lines, met, num, part, percent, table
 from ragbench.experiment.latency import CONTENTION
 
 EMBEDDER = {"kind": "sentence-transformers", "model": "all-MiniLM-L6-v2"}
@@ -149,6 +152,64 @@ def _row(quiet: dict[str, Any], busy: dict[str, Any]) -> dict[str, Any]:
         "quiet_threads": str(quiet["latency.threads"]),
         "busy_threads": str(busy["latency.threads"]),
     }
+
+
+# ---------------------------------------------------------------- RESULTS.md
+
+HEADERS = (
+    "trial",
+    "quiet p50 total (ms)",
+    "quiet p50 CPU (ms)",
+    "busy p50 total (ms)",
+    "busy / quiet",
+    "contention, quiet",
+    "contention, busy",
+    "repeats interrupted, busy",
+    "thread pools (latency.threads)",
+)
+
+
+def _cells(r: Figures) -> tuple[str, ...]:
+    """One trial quiet and busy."""
+    return (
+        r["label"],
+        num(r["quiet_p50_ms"], 2),
+        num(r["quiet_cpu_p50_ms"], 2) if "quiet_cpu_p50_ms" in r else "–",
+        num(r["busy_p50_ms"], 2),
+        f"{r['busy_p50_ms'] / r['quiet_p50_ms']:.2f}×",
+        percent(r["quiet_contention"]),
+        percent(r["busy_contention"]),
+        percent(r["busy_interrupted"]),
+        r.get("quiet_threads", "–"),
+    )
+
+
+def draw(section: Figures) -> Lines:
+    """Each trial's latency quiet and under burners."""
+    s = section
+    return [
+        "One sweep on the demo set (MiniLM, recursive 400: dense, hybrid and BM25, with and "
+        "without a dense rerank), its latency pass run twice in one benchmark, each time by "
+        "`ragbench run --remeasure-latency` in fresh processes over a warm stage cache (so the "
+        "first trial's pass is what loads the model), the fastest of "
+        f"{s.get('processes', 1)} processes per trial (a process's memory layout alone "
+        "moves BM25's sub-millisecond p50 by up to 2× on a quiet machine): as the machine is, "
+        f"then with {s['burners']} processes spinning on the CPU. Each pass: {s['queries']} "
+        f"queries one at a time after a warm-up, {s['repeats']} repeats, each repeat's "
+        "time less the time the measuring thread waited for a CPU (Linux schedstat), the "
+        "fastest repeat per query and stage (a repeat the scheduler interrupted is first run "
+        "again, up to 3 times), every thread pool fixed to one thread (`latency.threads`).",
+        "",
+        table(HEADERS, [_cells(r) for r in s["rows"]]),
+        "",
+        f"Worst difference {100 * s['worst']:.1f}%; target ≤ 25% "
+        f"{met(s['worst'], 0.25, lower_is_better=True)}. Contention: the share of the "
+        "machine's CPU time other processes used during the pass; the report flags trials "
+        "measured above 20%.",
+    ]
+
+
+LATENCY = part("latency", "Latency pass: the same sweep quiet and under CPU burners", draw)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

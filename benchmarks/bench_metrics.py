@@ -4,6 +4,8 @@
 per evaluation of ndcg@10, recall@100, map, mrr@10 and precision@10 (each side including its own
 conversion of the dict-of-dict run), ragbench from ready arrays, the import + first-call time of
 ``ragbench.evaluate.metrics`` in a fresh interpreter, and the largest per-query difference.
+
+``library_rows`` are the metrics' part of RESULTS.md's ``bench_retrieval.LIBRARIES``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.render import Figures, met, num, ratio
 from benchmarks.timing import best_time
 
 RAGBENCH_METRICS = ["ndcg@10", "recall@100", "map", "mrr@10", "precision@10"]
@@ -101,6 +104,43 @@ def measure(
         "cold_start_s": cold_start_seconds(repeat),
         "max_abs_diff": float(diff),
     }
+
+
+def library_rows(m: Figures) -> list[tuple[str, ...]]:
+    """The rows ragbench's metrics add to RESULTS.md's comparison with the libraries it wraps
+    (``bench_retrieval.LIBRARIES``)."""
+    shape = f"{num(m['queries'])} queries × depth {num(m['depth'])}"
+    reference = f"pytrec_eval {num(m['pytrec_eval_s'])}"
+    timed = [
+        (
+            f"metrics, {how}, {shape} (s)",
+            num(m[f"ragbench_{key}_s"]),
+            reference,
+            ratio(m[f"speed_{key}"]),
+            "–",
+            "–",
+        )
+        for how, key in [
+            ("evaluate_run on a dict run", "dict"),
+            ("evaluate on Ranking arrays", "arrays"),
+        ]
+    ]
+    return [
+        *timed,
+        (
+            "metrics, max per-query difference to pytrec_eval",
+            f"{m['max_abs_diff']:.1e}",
+            "–",
+            "–",
+            "≤ 1e-9",
+            met(m["max_abs_diff"], 1e-9, lower_is_better=True),
+        ),
+        (
+            "metrics, import + first call in a fresh process (s)",
+            num(m["cold_start_s"], 3),
+            *("–",) * 4,
+        ),
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

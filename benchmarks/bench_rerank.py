@@ -17,6 +17,8 @@ with the model available the one command is ``ragbench run experiments/scifact-r
 ``measure()`` returns the figures as a dict. Rerank stages are cached like every stage: a
 rerun with the same model files reports the latency measured when the stage was first built
 (``fresh`` says which).
+
+``PROOF`` and ``LATENCY`` draw its two RESULTS.md sections.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from typing import Any
 
 import pandas as pd
 
-from benchmarks.bench_quality import relative
+from benchmarks.bench_quality import BEIR_BM25_CE
 from benchmarks.models import local_model
+from benchmarks.render import Figures, Lines, num, part, relative, table
 from ragbench.experiment.config import load_config
 from ragbench.experiment.runner import dry_run, run
 from ragbench.index.cache import default_cache_root
@@ -134,6 +137,91 @@ def measure(
         "latency": rows,
         "dataset": dataset or "scifact (config)",
     }
+
+
+# ---------------------------------------------------------------- RESULTS.md
+
+
+def draw_proof(section: Figures) -> Lines:
+    """scifact-rerank.yaml end to end with a tiny random cross-encoder."""
+    rows = [
+        (
+            r["reranker"],
+            r["status"],
+            num(r["ndcg@10"]),
+            num(r["recall@100"]),
+            num(r["rerank_p50_ms"], 1),
+        )
+        for r in section["proof"]
+    ]
+    return [
+        f"`{section['config']}` ran end to end with "
+        f"`--set sweep.reranker[1].model=<tiny random BERT cross-encoder>` on the first "
+        f"{section['proof_queries']} test queries (run directory `{section['proof_run']}`):",
+        "",
+        table(["reranker", "status", "nDCG@10", "recall@100", "rerank p50 ms"], rows),
+        "",
+        "**The reranked nDCG is meaningless**: no trained cross-encoder installs offline, so the "
+        "models here have random weights; only their latency is real. BEIR's BM25+CE "
+        f"(SciFact nDCG@10 {BEIR_BM25_CE}, cross-encoder/ms-marco-MiniLM-L-6-v2 over BM25 top 100) "
+        "cannot be reproduced offline here. With the model available the one command is "
+        "`ragbench run experiments/scifact-rerank.yaml`.",
+    ]
+
+
+LATENCY_HEADERS = (
+    "candidates",
+    "rerank p50 ms",
+    "rerank p95 ms",
+    "pairs/s at p50",
+    "BM25 p50 ms",
+    "status",
+    "measured",
+)
+RANDOM_WEIGHTS = (
+    "Random weights: the ranking quality of this model is meaningless; the latency is real "
+    "(it depends on the architecture and input lengths, not on the weights). A rerank stage "
+    'found in the stage cache ("measured: stage cache") reports the latency measured when '
+    "it was first built, by this benchmark's code (`python -m benchmarks.bench_rerank` or an "
+    "earlier `--full`); delete those artifacts or use a fresh `--cache` to measure again."
+)
+
+
+def draw_latency(section: Figures) -> Lines:
+    """Rerank latency per query at each candidate count."""
+    rows = [
+        (
+            num(r["candidates"]),
+            num(r["p50_ms"], 1),
+            num(r["p95_ms"], 1),
+            num(r["pairs_per_s"], 0),
+            num(r["bm25_p50_ms"], 2),
+            r["status"],
+            "this run" if r["fresh"] else "stage cache",
+        )
+        for r in section["latency"]
+    ]
+    if section["latency_model"] == "tiny-cross-encoder":
+        model = "`tiny-cross-encoder` (randomly initialised BERT, hidden 32, 2 layers; tiny run)"
+    else:
+        model = (
+            f"`{section['latency_model']}` (randomly initialised; the architecture of "
+            "cross-encoder/ms-marco-MiniLM-L-6-v2: BERT, hidden 384, 6 layers, 12 heads, "
+            "intermediate 1536, max length 512)"
+        )
+    return [
+        f"{model}, reranking BM25's top candidates for the first "
+        f"{section['latency_queries']} SciFact test queries, one query at a time "
+        f"(run directory `{section['latency_run']}`, columns `latency.rerank.p50_ms` / `p95_ms`).",
+        "",
+        table(LATENCY_HEADERS, rows),
+        "",
+        RANDOM_WEIGHTS,
+    ]
+
+
+PROOF = part("rerank", "Cross-encoder reranking path (scifact-rerank.yaml)", draw_proof)
+LATENCY = part("rerank", "Cross-encoder latency per query", draw_latency)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

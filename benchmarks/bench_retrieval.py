@@ -11,6 +11,9 @@ else from the stage cache when a finished ``scifact-reproduce`` / ``scifact`` ru
 with MiniLM (document and test-query vectors, found through the library's stage keys), else they
 are random unit 384-d vectors; queries are ``--query-vectors``, the cached query vectors, or a
 seeded sample of documents. ``measure()`` returns the figures as a dict; ``main()`` prints them.
+
+``LIBRARIES`` draws RESULTS.md's comparison with the libraries ragbench wraps, with the
+rows of ``bench_metrics`` and ``bench_embed``.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from benchmarks import bench_metrics
+from benchmarks.render import Figures, Lines, Part, met, num, ratio, status, table
 from benchmarks.timing import best_time
 
 REPO = Path(__file__).resolve().parents[1]
@@ -272,6 +277,115 @@ def measure(
         "hnsw_vs_exact": dense[1]["query_s"] / dense[2]["query_s"],
         "hnsw_recall_at_10": float(recall),
     }
+
+
+# ---------------------------------------------------------------- RESULTS.md
+
+# Targets printed next to the figures (ratio: >1 means ragbench faster).
+TARGETS = {"bm25_vs_bm25s": 0.9, "bm25_vs_rank_bm25": 50.0, "exact_vs_numpy": 0.8, "recall": 0.99}
+LIBRARY_HEADERS = (
+    "measurement",
+    "ragbench",
+    "reference",
+    "ratio (>1: ragbench faster)",
+    "target",
+    "met",
+)
+TITLES = {  # the sections this part reads, as the overview names them
+    "retrieval": "Retrieval vs bm25s / rank-bm25 / numpy",
+    "metrics": "Metrics vs pytrec_eval",
+    "embed": "Embedding throughput",
+}
+
+
+def _against(label: str, ours: str, reference: str, value: float, target: str, key: str) -> tuple:
+    """A speed comparison with its target."""
+    return (label, ours, reference, ratio(value), target, met(value, TARGETS[key]))
+
+
+def library_rows(r: Figures) -> list[tuple[str, ...]]:
+    """BM25 against bm25s and rank-bm25, exact against numpy, hnsw against exact."""
+    ours, direct, okapi = (row["query_s"] for row in r["bm25"])
+    numpy_s, exact_s, hnsw_s = (row["query_s"] for row in r["dense"])
+    bm25, dense = f"BM25 search, {r['queries']} queries", f"{r['dense_queries']} queries"
+    return [
+        _against(
+            f"{bm25} (tokenize + retrieve, s)",
+            num(ours),
+            f"bm25s {num(direct)}",
+            r["bm25_vs_bm25s"],
+            "≥ 0.9x",
+            "bm25_vs_bm25s",
+        ),
+        _against(
+            f"{bm25} (s)",
+            num(ours),
+            f"rank-bm25 {num(okapi)}",
+            r["bm25_vs_rank_bm25"],
+            "≥ 50x",
+            "bm25_vs_rank_bm25",
+        ),
+        _against(
+            f"exact dense search, {dense} (s)",
+            num(exact_s),
+            f"numpy {num(numpy_s)}",
+            r["exact_vs_numpy"],
+            "≥ 0.8x",
+            "exact_vs_numpy",
+        ),
+        (
+            f"hnsw search, {dense} (s)",
+            num(hnsw_s),
+            f"ragbench exact {num(exact_s)}",
+            ratio(r["hnsw_vs_exact"]),
+            "–",
+            "–",
+        ),
+        (
+            "hnsw recall@10 against exact",
+            num(r["hnsw_recall_at_10"]),
+            "–",
+            "–",
+            "≥ 0.99",
+            met(r["hnsw_recall_at_10"], TARGETS["recall"]),
+        ),
+    ]
+
+
+def library_note(r: Figures) -> str:
+    """What the retrieval rows measured."""
+    builds = ", ".join(f"{row['label']} {row['build_s']:.2f} s" for row in r["bm25"])
+    random = (
+        "" if r["real_vectors"] else " — **random vectors**: hnsw recall on real embeddings differs"
+    )
+    return (
+        f"BM25 over {num(r['documents'])} {r['dataset']} documents, k={r['k']}; index builds (not "
+        f"in the ratios): {builds}. Dense vectors: {r['dense_note']}{random}."
+    )
+
+
+def draw_libraries(sections: Mapping[str, Figures]) -> Lines:
+    """ragbench's BM25, dense search, metrics and embedder against the libraries they wrap."""
+    from benchmarks import bench_embed  # it imports this module
+
+    measured = {k: s for k in TITLES if (s := sections.get(k)) and not status(s)}
+    rows = [
+        *(library_rows(measured["retrieval"]) if "retrieval" in measured else []),
+        *(bench_metrics.library_rows(measured["metrics"]) if "metrics" in measured else []),
+        *(bench_embed.library_rows(measured["embed"]) if "embed" in measured else []),
+    ]
+    notes = [
+        f"{title}: {status(sections.get(k))}" for k, title in TITLES.items() if k not in measured
+    ]
+    if "retrieval" in measured:
+        notes.append(library_note(measured["retrieval"]))
+    if "embed" in measured:
+        notes.append(bench_embed.library_note(measured["embed"]))
+    lines = [table(LIBRARY_HEADERS, rows) if rows else "_No comparison was measured in this run._"]
+    return [*lines, "", *(f"- {n}" for n in notes)] if notes else lines
+
+
+LIBRARIES = Part("### Against the libraries ragbench wraps", tuple(TITLES), draw_libraries)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

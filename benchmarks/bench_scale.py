@@ -20,6 +20,8 @@ mark (``VmHWM``, reset after start-up through /proc/self/clear_refs) minus its r
 that point: what building, querying and saving the index added. Latency is ``per_query`` (one
 query at a time, the engine's own per-query timing) after a warm-up pass, at k=10; dense
 latency excludes embedding the query. ``measure()`` returns the figures as a dict.
+
+``SCALE`` draws its RESULTS.md section.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import results
+from benchmarks.render import Figures, Lines, num, part, percent, table
+from ragbench.experiment.latency import cpu_times, other_cpu_share
 
 SIZES = (10_000, 100_000, 1_000_000)
 STORES = ("exact", "hnsw", "bm25")
@@ -282,13 +285,13 @@ def _in_fresh_process(
     meanwhile."""
     command = [sys.executable, "-m", "benchmarks.bench_scale", "--work", str(work), *args]
     env = {**os.environ, **(ONE_BLAS_THREAD if one_blas_thread else {})}
-    before, started = results.cpu_times(), time.perf_counter()
+    before, started = cpu_times(), time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     seconds = time.perf_counter() - started
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed: {proc.stderr.strip()[-2000:]}")
     found = json.loads(proc.stdout.strip().splitlines()[-1])
-    return found, results.other_cpu_share(before, results.cpu_times(), seconds)
+    return found, other_cpu_share(before, cpu_times(), seconds)
 
 
 def exponent(sizes: Sequence[float], values: Sequence[float]) -> float | None:
@@ -403,6 +406,127 @@ def plot(found: dict[str, Any], path: Path) -> Path:
     return path
 
 
+# ---------------------------------------------------------------- RESULTS.md
+
+HASHING_RECALL = (
+    "The hashing embedder's vectors of random text have almost no neighbourhood structure "
+    "(a query's nearest passage is barely nearer than any other), the worst case for a graph "
+    "index; these rows measure cost, not quality. On real MiniLM vectors of SciFact, hnsw's "
+    "recall@10 against exact search is in the table above (Against the libraries ragbench "
+    "wraps)."
+)
+MEASURED = (
+    "Build: the stores' `add` calls over vectors read batch by batch (dense), or `add` of "
+    "the texts (tokenizing included) plus the lazy build on the first search (BM25). Peak "
+    "memory: the process's resident high-water mark (`VmHWM`, reset after start-up) minus "
+    "its resident size before the build, over build, queries and `save`. Query latency: "
+    "{queries} queries one at a time through `per_query` after {warm_up} warm-up queries; "
+    "dense latency excludes embedding the query, and BLAS is pinned to one thread. On disk: "
+    "the files `save` writes. Growth exponent: the slope of a least-squares line through "
+    "log(value) against log(chunks). Others' CPU: the share of the machine's CPU time other "
+    "processes used while that index was measured (from /proc/stat)."
+)
+
+
+def _rows(section: Figures) -> list[tuple[str, ...]]:
+    """Every index at every size, then its growth exponents."""
+    rows = section["rows"]
+    out = []
+    for kind in dict.fromkeys(r["store"] for r in rows):
+        out += [
+            (
+                kind,
+                num(r["chunks"]),
+                num(r["build_s"], 2),
+                num(r["peak_mb"], 0),
+                num(r["p50_ms"], 3),
+                num(r["p95_ms"], 3),
+                num(r["disk_mb"], 1),
+                percent(r["other_cpu"]),
+            )
+            for r in rows
+            if r["store"] == kind
+        ]
+        fits = section["exponents"][kind]
+        cells = (num(fits[c], 2) for c in ("build_s", "peak_mb", "p50_ms"))
+        out.append((kind, "**growth exponent**", *cells, "–", num(fits["disk_mb"], 2), "–"))
+    return out
+
+
+def _corpus(section: Figures) -> str:
+    """The synthetic corpus, its vectors and how the indexes were built."""
+    corpus = section["corpus"]
+    return (
+        f"{num(corpus['chunks'])} passages of seeded synthetic text (mean "
+        f"{corpus['mean_words']:.0f} words, {corpus['mean_chars']:.0f} characters; words drawn "
+        "from a Zipf–Mandelbrot distribution over a million-word vocabulary, Lucene's English "
+        "stop set at the top), smaller corpora being prefixes of the largest; dense vectors from "
+        f"the `hashing` embedder, {section['dim']} dimensions (embedding "
+        f"{num(corpus['chunks'])} passages took {corpus['embed_wall_s']:.0f} s with "
+        f"{corpus['processes']} processes, {corpus['chunks'] / corpus['embed_s']:.0f} "
+        "passages/s per process; not counted in the build times). Each index at each size was "
+        "built, queried and saved in a fresh process; "
+        f"**hnsw was built with {section['hnsw_threads']} threads** (`HnswConfig.threads`; "
+        "faster, but two builds may differ — the default, 1 thread, builds the same graph every "
+        "time), with the other defaults (M=16, ef_construction=200, ef_search=100)."
+    )
+
+
+def _asides(rows: list[Figures]) -> Lines:
+    """Exact search with default BLAS threads, hnsw's recall and the build's own peak memory."""
+    exact = [r for r in rows if r["store"] == "exact"]
+    hnsw = [r for r in rows if r["store"] == "hnsw"]
+    builds = (
+        f"{kind} "
+        + ", ".join(f"{num(r['build_peak_mb'], 0)} MB" for r in rows if r["store"] == kind)
+        for kind in dict.fromkeys(r["store"] for r in rows)
+    )
+    return [
+        "- Exact search one query at a time with numpy's default BLAS threads instead of one: "
+        + ", ".join(
+            f"p50 {num(r['p50_ms_default_blas'], 3)} ms at {num(r['chunks'])} chunks" for r in exact
+        )
+        + ".",
+        "- hnsw recall@10 against exact search, same queries: "
+        + ", ".join(f"{num(r['recall_at_10'], 3)} at {num(r['chunks'])}" for r in hnsw)
+        + ". "
+        + HASHING_RECALL,
+        "- Peak memory of the build alone (before queries and `save`): " + "; ".join(builds) + ".",
+    ]
+
+
+def draw(section: Figures) -> Lines:
+    """Build time, peak memory, latency and size of each index against the corpus size."""
+    headers = (
+        "index",
+        "chunks",
+        "build (s)",
+        "peak memory (MB)",
+        f"p50 query (ms, k={section['k']})",
+        "p95 query (ms)",
+        "on disk (MB)",
+        "others' CPU",
+    )
+    lines = [
+        _corpus(section),
+        "",
+        table(headers, _rows(section)),
+        "",
+        MEASURED.format(queries=section["queries"], warm_up=section["warm_up"]),
+        "",
+        *_asides(section["rows"]),
+    ]
+    plot = section.get("plot")
+    if plot == "benchmarks/scale.png":
+        lines += ["", "![Build time, peak memory, latency and size against chunks](scale.png)"]
+    elif plot:
+        lines += ["", f"Plot: `{plot}`."]
+    return lines
+
+
+SCALE = part("scale", "Scale curve: exact, hnsw and BM25 from 10k to 1M chunks", draw)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the curve (or, with ``--worker``, one index) and print its figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -424,9 +548,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(json.dumps(found))
         return 0
-    cpu = results.cpu_times()
+    cpu = cpu_times()
     found = measure(args.sizes, args.queries, args.hnsw_threads, args.work, args.seed)
-    busy = results.other_cpu_share(cpu, results.cpu_times(), found["seconds"])
+    busy = other_cpu_share(cpu, cpu_times(), found["seconds"])
     print(f"{'index':6} {'chunks':>10} {'build s':>9} {'peak MB':>8} {'p50 ms':>8} {'disk MB':>8}")
     for r in found["rows"]:
         print(

@@ -11,6 +11,8 @@ the corpus once; ``--tiny`` uses the hashing embedder instead (no model, seconds
 
 ``python -m benchmarks.bench_serve [--queries N] [--tiny]``; ``measure()`` returns the figures
 as a dict.
+
+``SERVE`` draws its RESULTS.md section.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks.render import Figures, Lines, met, num, part, table
 
 DEMO = Path(__file__).resolve().parents[1] / "datasets" / "demo"
 MINILM = {"kind": "sentence-transformers", "model": "all-MiniLM-L6-v2"}
@@ -111,6 +115,37 @@ def measure(queries: int = 100, tiny: bool = False, k: int = 10) -> dict[str, An
         "server_p50_ms": round(float(np.percentile(took, 50)), 2),
         "target_p50_ms": 100.0,
     }
+
+
+# ---------------------------------------------------------------- RESULTS.md
+
+HEADERS = ("start-up (s)", "first request (ms)", "p50 (ms)", "p95 (ms)", "server p50 (ms)")
+
+
+def draw(section: Figures) -> Lines:
+    """Start-up and request latency of the search server."""
+    s = section
+    row = (
+        num(s["startup_s"], 2),
+        num(s["first_ms"], 1),
+        num(s["p50_ms"], 1),
+        num(s["p95_ms"], 1),
+        num(s["server_p50_ms"], 1),
+    )
+    return [
+        f"`ragbench serve` started in its own process on a collection of the demo set "
+        f"({num(s['chunks'])} chunks, `{s['pipeline']}`, embedder `{s['embedder']}`; ingested "
+        f"once in {s['ingest_s']} s, kept in the stage cache); then {s['queries']} `POST /search` "
+        f"requests (k={s['k']}) one after another over one connection, timed at the client.",
+        "",
+        table(HEADERS, [row]),
+        "",
+        f"Target: p50 < {s['target_p50_ms']:.0f} ms "
+        f"{met(s['p50_ms'], s['target_p50_ms'], lower_is_better=True)}.",
+    ]
+
+
+SERVE = part("serve", "Search server: `ragbench serve` on the demo collection", draw)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -64,7 +65,7 @@ def test_tiny_results_have_every_section(tiny_results: str) -> None:
         "# ragbench benchmark results",
         "## How to regenerate",
         "## Machine",
-        "## Sections in this run",
+        "## Sections",
         "## Quality",
         "### SciFact (BEIR test split)",
         "### Chunking evaluation (Chroma)",
@@ -82,6 +83,60 @@ def test_tiny_results_have_every_section(tiny_results: str) -> None:
     machine = dict(r[:2] for r in _table(tiny_results, "## Machine"))
     assert machine["cores"].split()[0].isdigit()
     assert machine["Python"] == sys.version.split()[0]
+
+
+@TINY_GROUP
+def test_tiny_results_are_the_modules_sections_each_stamped(tiny_results: str) -> None:
+    from benchmarks import results
+
+    parts = [p.heading for members in results.GROUPS.values() for p in members]
+    assert [line for line in tiny_results.splitlines() if line.startswith("### ")] == parts
+    for block in tiny_results.split("\n### ")[1:]:
+        stamp = block.split("\n")[2]
+        assert re.fullmatch(
+            r"Measured by `python -m benchmarks --tiny` on \d{4}-\d\d-\d\d \d\d:\d\d UTC at "
+            r"commit \w+( \(with uncommitted changes\))?\.( \*\*The machine was busy\*\*.*)?",
+            stamp,
+        ), block[:300]
+    assert "Updated since" not in tiny_results
+
+
+@TINY_GROUP
+def test_tiny_results_name_no_machine_path(tiny_results: str) -> None:
+    # /proc files are the kernel's interface, named as the source of a figure, not a machine path
+    paths = re.findall(r"(?<![\w.~`/])/[\w.-]+(?:/[\w.-]+)+", tiny_results)
+    assert [p for p in paths if not p.startswith("/proc/")] == []
+    assert str(REPO) not in tiny_results and tempfile.gettempdir() + "/" not in tiny_results
+
+
+@TINY_GROUP
+def test_only_draws_its_sections_again_and_keeps_the_others_verbatim(
+    tiny_results: str, tmp_path: Path
+) -> None:
+    from benchmarks import results
+
+    out = tmp_path / "RESULTS.md"
+    out.write_text(tiny_results, encoding="utf-8")
+    env = {**os.environ, "RAGBENCH_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--tiny", "--only", "engine", "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    before = {b[0]: b for b in results._blocks(tiny_results)}
+    after = {b[0]: b for b in results._blocks(out.read_text(encoding="utf-8"))}
+    assert list(before) == list(after)
+    engine = "### Engine: 12-trial sweep, one chunker and one embedder"
+    assert after[engine][2].startswith("Measured by `python -m benchmarks --tiny --only engine`")
+    changed = [h for h in before if before[h] != after[h]]
+    assert set(changed) <= {engine, "## Sections"}, changed
+    rows = {r[0]: r for r in _table(out.read_text(encoding="utf-8"), "## Sections")}
+    old_rows = {r[0]: r for r in _table(tiny_results, "## Sections")}
+    assert {t for t in rows if rows[t] != old_rows[t]} <= {"Engine (12-trial sweep)"}
 
 
 @TINY_GROUP
