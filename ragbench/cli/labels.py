@@ -42,8 +42,8 @@ def _generate(args: argparse.Namespace) -> int:
     from ragbench.data.generate import build_method, generate
     from ragbench.text.loaders import skipped_summary
 
-    options = _numbers(args)
-    n, seed = options.pop("n"), options.pop("seed")
+    numbers = _numbers(args)
+    n, seed = numbers.pop("n"), numbers.pop("seed")
     method = build_method(
         args.method,
         base_url=args.base_url,
@@ -53,7 +53,7 @@ def _generate(args: argparse.Namespace) -> int:
         embedder=json_arg("--embedder", args.embedder) if args.embedder else None,
         keep_numbers=args.keep_numbers or None,
         keep_references=args.keep_references or None,
-        **options,
+        **numbers,
     )
     result = generate(
         args.corpus,
