@@ -1,0 +1,52 @@
+"""``ragbench cache``: inspect or clear the stage cache."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from ragbench.cli.spec import Arg, Command
+from ragbench.errors import ConfigError
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhd]?)")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 86400}
+
+
+def _cache(args: argparse.Namespace) -> int:
+    from ragbench.index.cache import ArtifactCache
+
+    cache = ArtifactCache(args.root)
+    if args.cache_command == "info":
+        print(cache.info())
+        return 0
+    older = _duration(args.older_than) if args.older_than is not None else None
+    print(f"removed {cache.clear(older)} entries from {cache.root}")
+    return 0
+
+
+def _duration(text: str) -> float:
+    """Seconds in ``--older-than`` (``7d``, ``12h``, ``30m``, ``45s``; a bare number is days)."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None:
+        raise ConfigError(
+            "--older-than: expected a duration such as 7d, 12h, 30m or 45s (a bare number is "
+            f"days), got {text!r}"
+        )
+    return float(match[1]) * _SECONDS[match[2]]
+
+
+CACHE = Command(
+    "cache",
+    help="inspect or clear the stage cache",
+    args=(Arg("--root", help="cache root (default: RAGBENCH_CACHE or ~/.cache/ragbench)"),),
+    run=_cache,
+    commands=(
+        Command("info", help="entries and sizes per stage"),
+        Command(
+            "clear",
+            help="delete cached artifacts",
+            args=(Arg("--older-than", help="only entries unused for this long (e.g. 7d, 12h)"),),
+        ),
+    ),
+    dest="cache_command",
+)

@@ -1,0 +1,145 @@
+"""What several commands share: options declared once, argument value types, the JSON option
+reader and the table printer."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ragbench.cli.spec import Arg
+from ragbench.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+MLFLOW_URI = "sqlite:///mlruns.db"  # ragbench.experiment.mlflow_log.DEFAULT_URI
+
+
+def json_arg(flag: str, value: str) -> dict:
+    """The JSON object given to ``flag``; ``ConfigError`` naming the flag otherwise."""
+    from ragbench.data.problems import DuplicateKey, loads_json
+
+    try:
+        spec = loads_json(value)
+    except DuplicateKey as exc:
+        raise ConfigError(f"{flag}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{flag}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise ConfigError(f"{flag}: invalid JSON (nested too deeply)") from None
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{flag}: expected a JSON object like '{{\"kind\": ...}}'")
+    return spec
+
+
+def print_frame(frame: pd.DataFrame) -> None:
+    """Print a table wide enough for trial labels, floats to four places."""
+    import pandas as pd
+
+    with pd.option_context(
+        "display.width",
+        200,
+        "display.max_colwidth",
+        70,
+        "display.max_columns",
+        20,
+        "display.float_format",
+        "{:.4f}".format,
+    ):
+        print(frame.to_string())
+
+
+def options(args: argparse.Namespace, names: Sequence[str]) -> dict[str, Any]:
+    """The parsed values of ``names``, as keywords of the library call they pass through to."""
+    return {name: getattr(args, name) for name in names}
+
+
+def milliseconds(text: str) -> float:
+    """``--latency-budget``: a positive number of milliseconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number of milliseconds (p50 total per query), got {text!r}"
+        )
+    return value
+
+
+def at_least_one(text: str) -> int:
+    """An integer >= 1 (a relevance level, a number of resamples)."""
+    try:
+        level = int(text)
+    except ValueError:
+        level = 0
+    if level < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return level
+
+
+def globs(folder: str) -> tuple[Arg, Arg]:
+    """The repeatable ``--include`` / ``--exclude`` flags that select the files of ``folder``
+    by gitignore-like globs (``ragbench.text.loaders.DirectoryLoader``)."""
+
+    def glob(flag: str, what: str) -> Arg:
+        return Arg(
+            flag,
+            action="append",
+            default=[],
+            metavar="GLOB",
+            help=f"{what} GLOB, relative to {folder} (e.g. '**/*.md', 'build/**'; repeatable)",
+        )
+
+    return glob("--include", "read only files matching"), glob("--exclude", "skip")
+
+
+def follow_symlinks(where: str) -> Arg:
+    """``--follow-symlinks`` for the files read from ``where``."""
+    return Arg(
+        "--follow-symlinks",
+        action="store_true",
+        help=f"follow links in {where} that lead outside it (skipped and reported otherwise)",
+    )
+
+
+MLFLOW = Arg(
+    "--mlflow",
+    nargs="?",
+    const=MLFLOW_URI,
+    metavar="URI",
+    help=f"log the sweep to MLflow: a parent run, a child per trial, the report (default "
+    f"URI: {MLFLOW_URI}; pip install ragbench[mlflow])",
+)
+
+# What the recommendation weighs besides the primary metric (``run`` and ``report``).
+PICK = (
+    Arg(
+        "--latency-budget",
+        type=milliseconds,
+        metavar="MS",
+        help="recommend the best trial within this p50 total latency (default: the baseline's)",
+    ),
+    Arg(
+        "--select",
+        metavar="METRIC",
+        help="a second metric that picks among the trials the first metric cannot separate "
+        "(its bootstrap leaders), e.g. span_recall@5",
+    ),
+)
+
+
+def picked(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``PICK`` options as the keywords of ``Report.from_run``."""
+    return {"latency_budget_ms": args.latency_budget, "then": args.select}
+
+
+QUERIES_FILE = Arg(
+    "--queries",
+    metavar="FILE",
+    help="queries file labeling a plain folder of documents (default: its queries.jsonl)",
+)
+
+RUN_DIR = Arg("run_dir", help="a run directory written by `ragbench run`")

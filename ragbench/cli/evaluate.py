@@ -1,0 +1,93 @@
+"""``ragbench eval``: score a TREC run against qrels, like trec_eval."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ragbench.cli.common import at_least_one
+from ragbench.cli.spec import Arg, Command
+from ragbench.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+_DEFAULT_METRICS = "ndcg@10,recall@100,map,mrr@10,precision@10"
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from ragbench.data.trec import read_qrels, read_run
+    from ragbench.evaluate.metrics import evaluate_run, parse_metrics
+
+    metrics = parse_metrics([m for m in args.metrics.split(",") if m.strip()])
+    if not metrics:
+        raise ConfigError("--metrics: expected a comma-separated list such as ndcg@10,map")
+    for flag, path, kind in (("--qrels", args.qrels, "qrels"), ("--run", args.run, "run")):
+        if not Path(path).exists():
+            raise DataError(f"{flag} {path}: no such file")
+        if Path(path).is_dir():
+            raise DataError(f"{flag} {path}: is a directory, expected a {kind} file")
+    qrels, run = read_qrels(args.qrels), read_run(args.run)
+    query_ids = list(qrels) if args.complete else [q for q in qrels if q in run]
+    if not query_ids:
+        raise DataError(f"{args.run}: no query of the run is judged in {args.qrels}")
+    _write_scores(evaluate_run(qrels, run, metrics, args.level, query_ids), args)
+    return 0
+
+
+def _write_scores(frame: pd.DataFrame, args: argparse.Namespace) -> None:
+    """Means (and, with --per-query, each query first) as a trec_eval table, JSON or CSV."""
+    means = frame.mean()
+    if args.format == "json":
+        result = {"queries": len(frame), "means": means.to_dict()}
+        if args.per_query:
+            result["per_query"] = frame.to_dict(orient="index")
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+        return
+    rows = [*(frame.iterrows() if args.per_query else []), ("all", means)]
+    if args.format == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["query_id", *frame.columns])
+        for qid, values in rows:
+            writer.writerow([qid, *(repr(float(v)) for v in values)])
+        return
+    for qid, values in rows:
+        for metric, value in values.items():
+            sys.stdout.write(f"{metric:<22}\t{qid}\t{value:.4f}\n")
+
+
+EVAL = Command(
+    "eval",
+    help="score a TREC run against qrels (trec_eval-like)",
+    description="Score queries judged in the qrels and present in the run (trec_eval's "
+    "default; -c: every qrels query, a missing one scoring 0).",
+    args=(
+        Arg("--qrels", required=True, help="TREC qrels or BEIR qrels TSV"),
+        Arg("--run", required=True, help="TREC run (qid Q0 docid rank score tag)"),
+        Arg(
+            "--metrics",
+            default=_DEFAULT_METRICS,
+            help=f"comma-separated metrics (default: {_DEFAULT_METRICS})",
+        ),
+        Arg("--per-query", action="store_true", help="also print each query"),
+        Arg("--format", choices=["table", "json", "csv"], default="table"),
+        Arg(
+            "-l",
+            "--level",
+            type=at_least_one,
+            default=1,
+            help="lowest grade that counts as relevant (trec_eval -l)",
+        ),
+        Arg(
+            "-c",
+            "--complete",
+            action="store_true",
+            help="average over every qrels query (trec_eval -c)",
+        ),
+    ),
+    run=_eval,
+)

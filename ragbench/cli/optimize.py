@@ -1,0 +1,49 @@
+"""``ragbench optimize``: labels for a folder of documents, the default sweep on them, the
+report and the recommendation."""
+
+from __future__ import annotations
+
+import argparse
+
+from ragbench.cli.common import globs, print_frame
+from ragbench.cli.spec import Arg, Command
+from ragbench.errors import ConfigError
+
+
+def _optimize(args: argparse.Namespace) -> int:
+    from ragbench.optimize import optimize
+    from ragbench.report.markdown import answer_lines
+    from ragbench.report.tables import trial_table
+
+    for flag, value, low in (("--n", args.n, 1), ("--seed", args.seed, 0)):
+        if value < low:
+            raise ConfigError(f"{flag}: expected an integer >= {low}, got {value}")
+    done = optimize(
+        args.docs, args.out, n=args.n, seed=args.seed, include=args.include, exclude=args.exclude
+    )
+    made = done.generation
+    how = "reused" if made is None else f"generated from {made.documents:,} documents"
+    print(f"labels:        {done.labels} ({done.queries:,} queries, {how})")
+    print_frame(trial_table(done.run.trials, done.run.metrics))
+    print(f"\nrun directory: {done.run.path}\nreport:        {done.files['html']}\n")
+    print("\n".join(answer_lines(done.report, args.collection)))
+    return 0
+
+
+OPTIMIZE = Command(
+    "optimize",
+    help="generate labels for a folder of documents, sweep the usual configurations, recommend one",
+    description="Generate labels from DOCS (offline, cached), run the default sweep on them "
+    "(BM25 at four settings, dense MiniLM, hybrid RRF and convex fusion, on two chunkings), "
+    "write the report and print the recommendation, how sure it is and the command that "
+    "deploys it. A second call reuses the labels and the cached stages.",
+    args=(
+        Arg("docs", help="folder (or file) of your documents"),
+        *globs("DOCS"),
+        Arg("--out", help="folder for the labels and the run (default: runs/optimize-<DOCS name>)"),
+        Arg("--n", type=int, default=300, help="queries to generate (default 300)"),
+        Arg("--seed", type=int, default=0, help="sampling seed (default 0)"),
+        Arg("--collection", default="default", help="collection name in the deploy command"),
+    ),
+    run=_optimize,
+)

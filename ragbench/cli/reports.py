@@ -1,0 +1,115 @@
+"""``ragbench report``, ``compare`` and ``export``: read finished run directories."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ragbench.cli.common import MLFLOW, PICK, RUN_DIR, options, picked, print_frame
+from ragbench.cli.spec import Arg, Command
+from ragbench.errors import writable_folder
+
+# the significance test and its correction, passed to ``Report.from_run`` as they are
+_TESTS = ("test", "correction")
+
+
+def _report(args: argparse.Namespace) -> int:
+    from ragbench.experiment.mlflow_log import log_run, require_mlflow
+    from ragbench.report.report import Report, report_folder
+
+    if args.mlflow:
+        require_mlflow()
+    out = writable_folder(args.out or report_folder(args.run_dir), "--out")
+    report = Report.from_run(
+        Path(args.run_dir), args.baseline, args.metric, **options(args, _TESTS), **picked(args)
+    )
+    formats = ["html", "md"] if args.format == "html" else [args.format]
+    paths = report.write(formats, out)
+    print_frame(report.display_table())
+    for fmt, path in paths.items():
+        print(f"{fmt:<6} {path}")
+    if args.mlflow:
+        print(f"mlflow {log_run(args.run_dir, args.mlflow, next(iter(paths.values())).parent)}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from ragbench.report.compare import compare_folder, compare_runs, write_comparison
+
+    table, warnings = compare_runs([Path(d) for d in args.run_dirs], args.metric)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print_frame(table.set_index(["run", "trial_id"]))
+    paths = write_comparison(table, warnings, args.out or compare_folder(args.run_dirs))
+    for fmt, path in paths.items():
+        print(f"{fmt:<6} {path}")
+    return 0
+
+
+def _export_ragas(args: argparse.Namespace) -> int:
+    from ragbench.report.export import export_ragas
+
+    done = export_ragas(args.run_dir, args.trial, args.out)
+    print(f"{done.path}: {done.rows:,} samples of trial {done.trial_id} ({done.label})")
+    return 0
+
+
+REPORT = Command(
+    "report",
+    help="write report.html / report.md for a run directory",
+    args=(
+        RUN_DIR,
+        Arg("--baseline", help="trial id or label (default: the config's, else first)"),
+        Arg("--metric", help="primary metric (default: the first evaluated)"),
+        Arg(
+            "--format",
+            choices=["html", "md", "latex"],
+            default="html",
+            help="html also writes report.md and plots/",
+        ),
+        Arg("--test", choices=["permutation", "t", "wilcoxon"], default="permutation"),
+        Arg("--correction", choices=["holm", "bonferroni", "bh", "none"], default="holm"),
+        *PICK,
+        Arg("--out", help="output folder (default: reports/<run-name>)"),
+        MLFLOW,
+    ),
+    run=_report,
+)
+
+COMPARE = Command(
+    "compare",
+    help="trials of several runs in one table",
+    args=(
+        Arg("run_dirs", nargs="+", help="run directories"),
+        Arg("--metric", help="metric to sort by (default: the first run's first)"),
+        Arg("--out", help="output folder for compare.md/.csv (default: reports/<run-name>)"),
+    ),
+    run=_compare,
+)
+
+EXPORT = Command(
+    "export",
+    help="write a run's samples for other tools",
+    commands=(
+        Command(
+            "ragas",
+            help="one trial's samples as a ragas EvaluationDataset JSONL file",
+            description="Write one row per query (user_input, retrieved_contexts and their ids, "
+            "response, reference, reference_contexts and their ids) for "
+            "ragas.EvaluationDataset.from_jsonl.",
+            args=(
+                RUN_DIR,
+                Arg(
+                    "--trial",
+                    default="best",
+                    metavar="ID",
+                    help="trial id, or 'best' on the run's first metric (default)",
+                ),
+                Arg("--out", help="file to write (default: RUN/ragas/<trial id>.jsonl)"),
+            ),
+            run=_export_ragas,
+        ),
+    ),
+    dest="export_format",
+)
