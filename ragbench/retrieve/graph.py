@@ -7,7 +7,8 @@ are known before anything runs, so the same plan serves three executors:
 
 * the sweep runs every stage through the stage cache (``Execution`` with a ``StageCache``);
 * ``--dry-run`` reads only the keys (``Plan.keys``) to say what is cached;
-* ``RAGPipeline`` runs the query-time stages in memory over its live indexes (``provided``).
+* ``RAGPipeline`` keeps the index-time values live (``retrieve/live.py``) and runs the
+  query-time stages in memory over them (``provided``).
 
 Two sources feed a plan: ``corpus`` (the documents) and ``queries`` (the query texts). Index-time
 stages (chunks, vectors, indexes) depend on the corpus alone; query-time stages produce per-query
