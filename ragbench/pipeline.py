@@ -48,12 +48,11 @@ from ragbench.experiment.store import RunStore, write_failure
 from ragbench.index.cache import StageCache, default_cache_root
 from ragbench.llm.cache import LLMCache
 from ragbench.protocols import Embedder
-from ragbench.registry import ComponentConfig, components
-from ragbench.retrieve.artifacts import ChunkSet
+from ragbench.registry import ComponentConfig
 from ragbench.retrieve.assemble import quote_untrusted, sanitize_attribute, system_notice
-from ragbench.retrieve.graph import Env, Execution, Plan, Stage, compile_plan
+from ragbench.retrieve.graph import Env, Execution, Plan, compile_plan
+from ragbench.retrieve.live import LiveExecution, live_stages
 from ragbench.retrieve.postprocess import apply_threshold
-from ragbench.retrieve.retriever import HybridRetrieverConfig
 from ragbench.retrieve.timed import percentiles_ms
 from ragbench.text.loaders import LoadProblem, skipped_summary
 from ragbench.types import Chunk, Document, Hit, Ranking
@@ -133,34 +132,35 @@ class IndexReport:
     duration_s: float = 0.0
     skipped: list[LoadProblem] = field(default_factory=list)
 
+    def _repr_html_(self) -> str:
+        return "<pre>" + html.escape(str(self)) + "</pre>"
+
     def __str__(self) -> str:
+        documents = (self.documents_loaded, self.documents_indexed, self.documents_unchanged)
+        chunks = (self.chunks_created, self.chunks_stored, self.chunks_removed)
         lines = [
-            f"documents loaded {self.documents_loaded}, indexed {self.documents_indexed}, "
-            f"unchanged {self.documents_unchanged}",
-            f"chunks created {self.chunks_created}, stored {self.chunks_stored}, "
-            f"removed {self.chunks_removed}",
+            "documents loaded {}, indexed {}, unchanged {}".format(*documents),
+            "chunks created {}, stored {}, removed {}".format(*chunks),
             f"errors {len(self.errors)}, {self.duration_s:.1f} s",
+            *(f"  {where}: {why}" for where, why in self.errors),
         ]
-        lines += [f"  {where}: {why}" for where, why in self.errors]
         if self.skipped:
             lines.append(skipped_summary(self.skipped))
         return "\n".join(lines)
-
-    def _repr_html_(self) -> str:
-        return "<pre>" + html.escape(str(self)) + "</pre>"
 
 
 @dataclass
 class Retrieval:
     """A ranking of chunk ids plus the wall time of every stage, in seconds per query, the
-    answers when the trial has a generator, and the first-stage lists over the same chunks
+    answers when the trial has a generator, the first-stage lists over the same chunks
     (``found``: ``bm25`` and/or ``dense``, one row per query), which say what each retriever
-    found before fusion or reranking."""
+    found before fusion or reranking, and what each list's scores mean (``scales``)."""
 
     ranking: Ranking
     timings: dict[str, np.ndarray] = field(default_factory=dict)
     answers: list[str] | None = None
     found: dict[str, Ranking] = field(default_factory=dict)
+    scales: dict[str, str] = field(default_factory=dict)
 
     def latency_ms(self) -> dict[str, tuple[float, float]]:
         """(p50, p95) in milliseconds per stage, and for the total."""
@@ -229,24 +229,32 @@ class RetrievalTool:
 
 
 class RAGPipeline:
-    """A trial's stages over a changing corpus: index, update, delete, search, retrieve."""
+    """A trial's stages over a changing corpus: index, update, delete, search, retrieve.
+
+    Its index-time values live in one ``LiveExecution`` (``retrieve/live.py``), which adds and
+    removes documents stage by stage; the pipeline keeps the documents' content hashes (an
+    unchanged document is not indexed again) and runs the query-time stages per search.
+    """
 
     def __init__(self, trial: Trial, *, score_threshold: float | None = None) -> None:
         self.trial = trial
         self.score_threshold = score_threshold
         self._label = trial.label  # once: a label reads the registries (spans name the trial)
         calls_llm = describe_endpoints(trial.configs) != "-"
-        self.env = Env(
-            warm_up=False, llm_cache=LLMCache(default_cache_root()) if calls_llm else None
-        )
+        env = Env(warm_up=False, llm_cache=LLMCache(default_cache_root()) if calls_llm else None)
         self._plans: dict[tuple[int, str | None], Plan] = {}
-        self._index = self.plan(1).index_stages()
-        self._live: dict[str, Any] = {}
-        self._derived: dict[str, Any] = {}  # derived index-time values, until the next change
-        reads_corpus = any("corpus" in s.inputs for s in self._index if self._is_derived(s))
-        self._corpus: dict[str, Document] | None = {} if reads_corpus else None
+        self._live = LiveExecution(self.plan(1), env)
         # doc id → (content hash, chunk ids per chunks stage)
         self._docs: dict[str, tuple[str, dict[str, list[str]]]] = {}
+
+    @property
+    def env(self) -> Env:
+        """What the pipeline's stages run against (its models, shared by every search)."""
+        return self._live.env
+
+    @env.setter
+    def env(self, env: Env) -> None:
+        self._live.env = env
 
     @classmethod
     def from_config(
@@ -282,14 +290,11 @@ class RAGPipeline:
         env = dataclasses.replace(pipeline.env, corpus=documents)
         env.embeddings = cache.embeddings
         sources = {"corpus": corpus_fingerprint(documents)}
-        plan = compile_plan(trial.configs, 1, sources)
-        built = Execution(plan, env, cache)
-        for stage in plan.index_stages():
-            if stage.name in pipeline._kept():
-                pipeline._live[stage.name] = built[stage.name]
-        if pipeline._corpus is not None:
-            pipeline._corpus = {d.id: d for d in documents}
-        pipeline._docs = pipeline._bookkeeping(documents)
+        built = Execution(compile_plan(trial.configs, 1, sources), env, cache)
+        live = {s.name: built[s.name] for s in live_stages(pipeline.plan(1))}
+        pipeline._live = LiveExecution(pipeline.plan(1), pipeline.env, live, documents)
+        by_doc = pipeline._live.chunk_ids()
+        pipeline._docs = {d.id: (d.hash, by_doc.get(d.id, {})) for d in documents}
         return pipeline
 
     # ------------------------------------------------------------ plan and resources
@@ -302,61 +307,29 @@ class RAGPipeline:
         if (k, retriever) not in self._plans:
             configs = dict(self.trial.configs)
             if retriever is not None:
-                configs["retriever"] = self._retriever(retriever)
+                configs["retriever"] = self.retriever(retriever)
             self._plans[k, retriever] = compile_plan(configs, k)
         return self._plans[k, retriever]
 
     @property
     def retrievers(self) -> tuple[str, ...]:
-        """The retriever kinds this pipeline's indexes serve: its own, and ``bm25`` and
-        ``dense`` alone when it is a ``hybrid`` of both over its chunks."""
+        """The retriever kinds this pipeline's indexes serve: its own, and those its own runs
+        alone over the same indexes (``parts``: a hybrid's BM25 and dense sides)."""
         own = self.trial.configs["retriever"]
-        if isinstance(own, HybridRetrieverConfig) and own.bm25_chunker is None:
-            return ("hybrid", "bm25", "dense")
-        return (own.kind,)
+        return (own.kind, *own.parts())
 
-    def _retriever(self, kind: str) -> ComponentConfig:
-        """The ``kind`` retriever over the hybrid's own indexes (its BM25 options, its store)."""
+    def retriever(self, kind: str | None = None) -> ComponentConfig:
+        """The retriever that runs for ``kind``, one of ``retrievers`` (default: its own)."""
         own = self.trial.configs["retriever"]
-        if kind not in self.retrievers or not isinstance(own, HybridRetrieverConfig):
+        if kind is None or kind == own.kind:
+            return own
+        parts = own.parts()
+        if kind not in parts:
             raise ConfigError(
                 f"retriever {kind!r}: this pipeline ({own.label()}) has no index for it; "
                 f"available: {', '.join(self.retrievers)}"
             )
-        if kind == "bm25":
-            return components("retriever").parse(own.bm25.model_dump(mode="json"))
-        return components("retriever").parse(
-            {"kind": "dense", "store": own.store.model_dump(mode="json")}
-        )
-
-    @staticmethod
-    def _is_derived(stage: Stage) -> bool:
-        """An index-time value recomputed from the live ones after a change (e.g. the sentence
-        windows of a ``window`` postprocess), rather than updated in place."""
-        return stage.area not in ("chunks", "doc_vectors") and stage.extend is None
-
-    def _kept(self) -> set[str]:
-        """Index-time stages kept live: chunk sets, indexes, and document vectors a query-time
-        stage reads (only while they match the chunks; see ``_index_batch``)."""
-        plan = self.plan(1)
-        read = {i for s in plan.stages.values() if not s.index for i in s.inputs}
-        return {
-            s.name
-            for s in self._index
-            if not self._is_derived(s) and (s.area != "doc_vectors" or s.name in read)
-        }
-
-    def _value(self, name: str) -> Any:
-        """A live, derived or source value of an index-time stage."""
-        if name == "corpus":
-            return list((self._corpus or {}).values())
-        stage = self.plan(1).stages[name]
-        if not self._is_derived(stage):
-            return self._live.get(name)
-        if name not in self._derived:
-            inputs = [self._value(i) for i in stage.inputs]
-            self._derived[name] = stage.compute(self.env, *inputs)
-        return self._derived[name]
+        return parts[kind]
 
     @property
     def embedder(self) -> Embedder | None:
@@ -367,21 +340,14 @@ class RAGPipeline:
     @property
     def chunks(self) -> dict[str, Chunk]:
         """The indexed chunks by id (of the chunking results refer to)."""
-        chunks = self._value(self.plan(1).chunks) if self._docs else None
+        values = self._live.index_values() if self._docs else None
+        chunks = (values or {}).get(self.plan(1).chunks)
         return chunks.by_id if chunks is not None else {}
 
     @property
     def document_ids(self) -> list[str]:
         """Ids of the indexed documents."""
         return list(self._docs)
-
-    def _bookkeeping(self, docs: Sequence[Document]) -> dict[str, tuple[str, dict]]:
-        by_doc: dict[str, dict[str, list[str]]] = {d.id: {} for d in docs}
-        for stage in self._index:
-            if stage.area == "chunks":
-                for chunk in self._live[stage.name].chunks:
-                    by_doc[chunk.doc_id].setdefault(stage.name, []).append(chunk.id)
-        return {d.id: (d.hash, by_doc[d.id]) for d in docs}
 
     # ------------------------------------------------------------ indexing
 
@@ -391,22 +357,24 @@ class RAGPipeline:
         skipped, before anything changes."""
         started = time.perf_counter()
         report = IndexReport()
-        batch: list[Document] = []
-        for doc in source:
-            report.documents_loaded += 1
-            known = self._docs.get(doc.id)
-            if known is not None and known[0] == doc.hash:
-                report.documents_unchanged += 1
-                continue
-            batch.append(doc)
-            if len(batch) >= _BATCH_DOCS:
-                self._index_batch(batch, report)
-                batch = []
-        problems = getattr(getattr(source, "report", None), "problems", [])
-        if not report.documents_loaded and problems:
-            more = f" (and {len(problems) - 1} more skipped)" if len(problems) > 1 else ""
-            raise DataError(f"{problems[0].path}: nothing loaded: {problems[0].reason}{more}")
-        self._index_batch(batch, report)
+        with telemetry.span("ingest", label=self._label) as span:
+            batch: list[Document] = []
+            for doc in source:
+                report.documents_loaded += 1
+                known = self._docs.get(doc.id)
+                if known is not None and known[0] == doc.hash:
+                    report.documents_unchanged += 1
+                    continue
+                batch.append(doc)
+                if len(batch) >= _BATCH_DOCS:
+                    self._index_batch(batch, report)
+                    batch = []
+            problems = getattr(getattr(source, "report", None), "problems", [])
+            if not report.documents_loaded and problems:
+                more = f" (and {len(problems) - 1} more skipped)" if len(problems) > 1 else ""
+                raise DataError(f"{problems[0].path}: nothing loaded: {problems[0].reason}{more}")
+            self._index_batch(batch, report)
+            span.set(documents=report.documents_indexed, chunks=report.chunks_stored)
         report.skipped = list(problems)
         report.duration_s = time.perf_counter() - started
         return report
@@ -416,101 +384,27 @@ class RAGPipeline:
         return self.index([document])
 
     def _index_batch(self, docs: Sequence[Document], report: IndexReport) -> None:
-        """Chunk and embed the batch with the plan's own stages, then swap it in."""
+        """Add the batch through the live execution and record what it did."""
         if not docs:
             return
-        chunk_stages = [s for s in self._index if s.area == "chunks"]
-        fresh: dict[str, dict[str, list[Chunk]]] = {}  # doc id → chunks stage → chunks
-        for doc in docs:
-            try:
-                fresh[doc.id] = {
-                    s.name: list(s.compute(self.env, [doc]).chunks) for s in chunk_stages
-                }
-            except Exception as exc:  # one bad document must not stop the rest
-                report.errors.append((doc.id, f"chunking failed: {exc}"))
-        batch = {
-            s.name: ChunkSet([c for doc in fresh.values() for c in doc[s.name]])
-            for s in chunk_stages
-        }
-        vectors: dict[str, np.ndarray] = {}
-        try:
-            for stage in self._index:
-                if stage.area == "doc_vectors" and self._feeds_index(stage):
-                    vectors[stage.name] = stage.compute(self.env, batch[stage.inputs[0]])
-        except Exception as exc:  # keep the old versions, report the failure
-            report.errors.extend((doc_id, f"embedding failed: {exc}") for doc_id in fresh)
-            return
-        if self._corpus is not None:
-            self._corpus.update((doc.id, doc) for doc in docs if doc.id in fresh)
-        old = {doc_id: self._docs[doc_id][1] for doc_id in fresh if doc_id in self._docs}
-        report.chunks_removed += sum(len(ids.get(_CHUNKS, [])) for ids in old.values())
-        self._drop(old)
-        for stage in self._index:
-            if not self._is_derived(stage):
-                self._extend(stage, batch, vectors)
-        self._derived.clear()
-        for doc in docs:
-            if doc.id in fresh:
-                self._docs[doc.id] = (
-                    doc.hash,
-                    {s: [c.id for c in cs] for s, cs in fresh[doc.id].items()},
-                )
-        report.documents_indexed += len(fresh)
-        report.chunks_created += len(batch[_CHUNKS])
-        report.chunks_stored += len(batch[_CHUNKS])
-
-    def _feeds_index(self, stage: Stage) -> bool:
-        return any(stage.name in s.inputs for s in self._index)
-
-    def _extend(self, stage: Stage, batch: Mapping[str, ChunkSet], vectors: dict) -> None:
-        """Add the batch to one live index-time value."""
-        live = self._live.get(stage.name)
-        if stage.area == "chunks":
-            before = live.chunks if live is not None else []
-            self._live[stage.name] = ChunkSet([*before, *batch[stage.name].chunks])
-        elif stage.area == "doc_vectors":
-            if stage.name in self._live:
-                self._live[stage.name] = None  # no longer aligned with the chunks: embed live
-        else:
-            values = [vectors[i] if i in vectors else batch[i] for i in stage.inputs]
-            if live is None:
-                self._live[stage.name] = stage.compute(self.env, *values)
-            elif stage.extend is not None:
-                self._live[stage.name] = stage.extend(live, *values)
-            else:
-                raise TypeError(f"stage {stage.name!r} cannot be updated in place")
-
-    def _drop(self, chunk_ids: Mapping[str, Mapping[str, list[str]]]) -> None:
-        """Remove the given documents' chunks (per chunks stage) from every live value."""
-        gone: dict[str, set[str]] = {}
-        for per_stage in chunk_ids.values():
-            for name, ids in per_stage.items():
-                gone.setdefault(name, set()).update(ids)
-        if not gone:
-            return
-        self._derived.clear()
-        for stage in self._index:
-            live = self._live.get(stage.name)
-            if live is None:
-                continue
-            if stage.area == "chunks":
-                drop = gone.get(stage.name, set())
-                self._live[stage.name] = ChunkSet([c for c in live.chunks if c.id not in drop])
-            elif stage.area == "doc_vectors":
-                self._live[stage.name] = None
-            else:
-                stages = self.plan(1).stages
-                source = next(i for i in stage.inputs if stages[i].area == "chunks")
-                live.delete(sorted(gone.get(source, set())))
+        added = self._live.extend(docs, [d.id for d in docs if d.id in self._docs])
+        report.errors.extend(added.errors)
+        hashes = {doc.id: doc.hash for doc in docs}
+        for doc_id, chunk_ids in added.chunks.items():
+            if doc_id in self._docs:
+                report.chunks_removed += len(self._docs[doc_id][1].get(_CHUNKS, []))
+            self._docs[doc_id] = (hashes[doc_id], chunk_ids)
+            report.chunks_created += len(chunk_ids[_CHUNKS])
+            report.chunks_stored += len(chunk_ids[_CHUNKS])
+        report.documents_indexed += len(added.chunks)
 
     def delete_document(self, doc_id: str) -> int:
         """Remove a document and its chunks; returns the number of chunks removed."""
         known = self._docs.pop(doc_id, None)
         if known is None:
             return 0
-        self._drop({doc_id: known[1]})
-        if self._corpus is not None:
-            self._corpus.pop(doc_id, None)
+        with telemetry.span("delete", label=self._label):
+            self._live.delete([doc_id])
         return len(known[1].get(_CHUNKS, []))
 
     # ------------------------------------------------------------ retrieval
@@ -527,12 +421,8 @@ class RAGPipeline:
         once; metadata ``filter``: exact match; ``retriever``: one of ``retrievers``)."""
         plan = self.plan(k, retriever)
         env = dataclasses.replace(self.env, queries=list(queries), filter=filter)
-        if not self._docs:  # nothing indexed: no hit
-            empty = np.full((len(queries), k), "", dtype=object)
-            return Retrieval(Ranking(empty, np.full((len(queries), k), -np.inf)))
-        provided = {s.name: self._live.get(s.name) for s in self._index if s.name in self._kept()}
-        provided |= {s.name: self._value(s.name) for s in self._index if self._is_derived(s)}
-        if any(provided.get(s.name) is None for s in self._index if s.area != "doc_vectors"):
+        provided = self._live.index_values() if self._docs else None
+        if provided is None:  # nothing indexed: no hit
             empty = np.full((len(queries), k), "", dtype=object)
             return Retrieval(Ranking(empty, np.full((len(queries), k), -np.inf)))
         if plan is not self.plan(k):  # the same live values, under the other plan's names
@@ -542,7 +432,8 @@ class RAGPipeline:
             execution = Execution(plan, env, provided=provided)
             ranking = apply_threshold(execution.output.head(k), self.score_threshold)
             answers = execution[plan.answers].texts if plan.answers else None
-            return Retrieval(ranking, execution.latency(), answers, _first_stage(execution))
+            found, scales = _first_stage(execution)
+            return Retrieval(ranking, execution.latency(), answers, found, scales)
 
     def retrieve(
         self, query: str, k: int = 5, filter: Mapping[str, Any] | None = None
@@ -619,12 +510,12 @@ class RAGPipeline:
         (folder / "pipeline.json").write_text(json.dumps(config, indent=2), "utf-8")
         docs = {d: {"hash": h, "chunks": ids} for d, (h, ids) in self._docs.items()}
         (folder / "documents.json").write_text(json.dumps(docs), "utf-8")
-        for stage in self._index:
-            value = self._live.get(stage.name)
-            if value is not None:
+        values = self._live.live_values()
+        for stage in live_stages(self.plan(1)):
+            if values.get(stage.name) is not None:
                 stage_folder = folder / "stages" / _folder(stage.name)
                 stage_folder.mkdir(parents=True)
-                stage.codec.save(value, stage_folder)
+                stage.codec.save(values[stage.name], stage_folder)
 
     @classmethod
     def open(cls, path: Path | str, waiting: Callable[[str], object] | None = None) -> RAGPipeline:
@@ -648,33 +539,41 @@ class RAGPipeline:
                 f"{root}: a collection of an older ragbench version; ingest its source again"
             )
         pipeline = cls(pipeline_trial(config["trial"]), score_threshold=config["score_threshold"])
-        for stage in pipeline._index:
+        values = {}
+        for stage in live_stages(pipeline.plan(1)):
             folder = root / "stages" / _folder(stage.name)
             if folder.is_dir():
-                pipeline._live[stage.name] = stage.codec.load(folder)
+                values[stage.name] = stage.codec.load(folder)
         docs = json.loads((root / "documents.json").read_text("utf-8"))
         pipeline._docs = {d: (v["hash"], v["chunks"]) for d, v in docs.items()}
-        if pipeline._corpus is not None and (root / "corpus.json").is_file():
+        corpus = []
+        if (root / "corpus.json").is_file():
             rows = json.loads((root / "corpus.json").read_text("utf-8"))
-            pipeline._corpus = {i: Document(i, text, meta) for i, text, meta in rows}
+            corpus = [Document(i, text, meta) for i, text, meta in rows]
+        pipeline._live = LiveExecution(pipeline.plan(1), pipeline.env, values, corpus)
         return pipeline
 
     def __repr__(self) -> str:
         return f"RAGPipeline(documents={len(self._docs)}, chunks={len(self.chunks)})"
 
 
-def _first_stage(execution: Execution) -> dict[str, Ranking]:
-    """The plan's first BM25 and dense lists over the chunks its ranking refers to, one row
-    per query (lists over another chunking, or per text of a multi-text query, are left out)."""
-    plan, found = execution.plan, {}
-    for name, stage in plan.stages.items():
+def _first_stage(execution: Execution) -> tuple[dict[str, Ranking], dict[str, str]]:
+    """The plan's first-stage lists (``Plan.lists``, the first of each name) over the chunks
+    its ranking refers to, one row per query (lists over another chunking, or per text of a
+    multi-text query, are left out), and what each one's scores mean (its component's
+    ``score_scale``)."""
+    plan, found, scales = execution.plan, {}, {}
+    for name, stage_name in plan.lists:
+        stage = plan.stages[stage_name]
         index = plan.stages.get(stage.inputs[0]) if stage.inputs else None
-        if stage.area not in ("bm25", "dense") or stage.area in found or index is None:
+        if name in found or index is None:
             continue
-        ranking = execution[name].ranking
+        ranking = execution[stage_name].ranking
         if plan.chunks in index.inputs and len(ranking.ids) == len(execution.env.queries):
-            found[stage.area] = ranking
-    return found
+            found[name] = ranking
+            scale = stage.config.score_scale() if stage.config is not None else None
+            scales[name] = scale or f"{name} score"
+    return found, scales
 
 
 def _folder(stage_name: str) -> str:

@@ -43,6 +43,7 @@ __all__ = [
     "component_field",
     "components",
     "format_validation_error",
+    "redundancy",
     "register_axis",
 ]
 
@@ -122,12 +123,38 @@ def _leaves(value: Any) -> list[Any]:
 
 class ComponentConfig(ConfigModel):
     """Base of every component config: frozen, unknown keys rejected, numbers checked
-    (``ConfigModel``), hashable into cache keys."""
+    (``ConfigModel``), hashable into cache keys — and what its kind declares to the rest of
+    the package (``uses``, ``colour``, ``score_scale``, ``parts``, ``ranks_by``,
+    ``redundancy``), which the runner, the report, the pipeline and the service read instead
+    of naming kinds."""
 
     kind: str
     uses: ClassVar[frozenset[str]] = frozenset()
     """Axes this component reads from its trial (a dense retriever uses the trial's
     ``embedder``); an on-demand axis is part of a trial only when a chosen component uses it."""
+
+    colour: ClassVar[int | None] = None
+    """The slot of the tab10 palette plots draw this kind in (None: one picked from its name)."""
+
+    def score_scale(self) -> str | None:
+        """What the scores this component gives mean (a retriever's, a reranker's, a store's, a
+        fusion's), as the search service explains them; None: no scores of its own."""
+        return None
+
+    def parts(self) -> dict[str, ComponentConfig]:
+        """Components of this family that run alone over this one's indexes, by kind (a hybrid
+        retriever's BM25 and dense sides): a deployed pipeline offers them as retrievers."""
+        return {}
+
+    def ranks_by(self, trial: Mapping[str, ComponentConfig]) -> ComponentConfig | None:
+        """The embedder whose vectors alone order this step's hits in ``trial`` (components by
+        axis): a dense retriever ranks by the trial's; None for any other ranking."""
+        return None
+
+    def redundancy(self, trial: Mapping[str, ComponentConfig]) -> str | None:
+        """Why ``trial`` (components by axis) with this component cannot rank differently from
+        the same trial without it, or None (see ``redundancy``)."""
+        return None
 
     def axes_used(self) -> frozenset[str]:
         """``uses`` of this component and of every component nested in its options."""
@@ -156,6 +183,13 @@ class ComponentConfig(ConfigModel):
                 continue
             parts.append(f"{name}={_short(value)}")
         return f"{self.kind}({', '.join(parts)})" if parts else self.kind
+
+
+def redundancy(trial: Mapping[str, ComponentConfig]) -> str | None:
+    """Why a trial (its components by axis) cannot rank differently from another trial of its
+    sweep, as the first of its components that knows says (``ComponentConfig.redundancy``),
+    or None; the dry run and the report flag such trials."""
+    return next((why for c in trial.values() if (why := c.redundancy(trial)) is not None), None)
 
 
 def _short(value: Any) -> str:

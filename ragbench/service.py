@@ -13,6 +13,7 @@ collection's folder, it follows re-ingests: the first request after a new save r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -32,7 +33,6 @@ from ragbench.data.problems import DuplicateKey, loads_json
 from ragbench.endpoints import is_loopback
 from ragbench.errors import ConfigError
 from ragbench.pipeline import RAGPipeline
-from ragbench.registry import ComponentConfig
 
 __all__ = [
     "MAX_K",
@@ -59,17 +59,6 @@ _MAX_BODY = 1 << 20  # bytes of a request body
 _MAX_QUERY = 10_000  # characters of a query
 _FIELDS = ("query", "k", "filter", "retriever")
 _ROUTES = {"/search": "POST", "/health": "GET", "/openapi.json": "GET"}
-_BM25 = "BM25 score (0 and up, unbounded: compare within one query)"
-_METRICS = {
-    "cosine": "cosine similarity (-1 to 1)",
-    "ip": "inner product of the embeddings",
-    "l2": "negative squared L2 distance (0 is identical)",
-}
-_RERANKERS = {
-    "cross_encoder": "cross-encoder relevance score (the model's raw output)",
-    "dense": "cosine similarity of the reranker's embeddings (-1 to 1)",
-    "llm": "LLM relevance judgement (0 to 10)",
-}
 
 
 # ---------------------------------------------------------------- explained search
@@ -99,21 +88,8 @@ class SearchHit:
     found_by: dict[str, Found | None]
 
     def to_json(self) -> dict[str, Any]:
-        """The hit as the API returns it."""
-        return {
-            "rank": self.rank,
-            "score": self.score,
-            "chunk_id": self.chunk_id,
-            "doc_id": self.doc_id,
-            "text": self.text,
-            "start": self.start,
-            "end": self.end,
-            "metadata": self.metadata,
-            "found_by": {
-                name: None if f is None else {"rank": f.rank, "score": f.score}
-                for name, f in self.found_by.items()
-            },
-        }
+        """The hit as the API returns it (its fields, in order)."""
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -131,50 +107,27 @@ class SearchResult:
 
     def to_json(self) -> dict[str, Any]:
         """The result as the API returns it."""
+        took = {"took_ms": round(self.took_ms, 3)}
+        stages = {s: round(ms, 3) for s, ms in self.stages_ms.items()}
+        hits = [hit.to_json() for hit in self.hits]
+        shown = {"score_scale": self.scale, "found_by_scales": self.scales, **took}
         return {
             "query": self.query,
             "retriever": self.retriever,
-            "score_scale": self.scale,
-            "found_by_scales": self.scales,
-            "took_ms": round(self.took_ms, 3),
-            "stages_ms": {s: round(ms, 3) for s, ms in self.stages_ms.items()},
-            "hits": [hit.to_json() for hit in self.hits],
+            **shown,
+            "stages_ms": stages,
+            "hits": hits,
         }
 
 
 def score_scale(pipeline: RAGPipeline, retriever: str | None = None) -> str:
     """What the scores of ``pipeline``'s hits mean when ``retriever`` (default: its own) runs:
-    the reranker's scale when it has one, else the retriever's."""
+    the reranker's scale when it has one, else the retriever's (each kind says what its scores
+    mean: ``ComponentConfig.score_scale``)."""
     reranker = pipeline.trial.get("reranker")
-    if reranker is not None and reranker.kind != "none":
-        return _RERANKERS.get(reranker.kind, f"{reranker.kind} reranker score")
-    own = pipeline.trial["retriever"]
-    kind = retriever or own.kind
-    if kind == "bm25":
-        return _BM25
-    if kind == "dense":
-        return _store_scale(getattr(own, "store", None))
-    if kind == "hybrid":
-        return _fusion_scale(getattr(own, "fusion", None))
-    return f"{kind} retriever score"
-
-
-def _store_scale(store: ComponentConfig | None) -> str:
-    metric = getattr(store, "metric", getattr(store, "space", "cosine"))
-    return _METRICS.get(str(metric), f"{metric} similarity")
-
-
-def _fusion_scale(fusion: ComponentConfig | None) -> str:
-    if fusion is None:
-        return "fused score"
-    if fusion.kind == "rrf":
-        k = float(getattr(fusion, "k", 60.0))
-        weights = getattr(fusion, "weights", None)
-        top = sum(weights or (1.0, 1.0)) / (k + 1)
-        each = f"1/({k:g} + rank)" if weights is None else f"w/({k:g} + rank), weights {weights}"
-        return f"RRF: sum over the bm25 and dense lists of {each}, at most {top:.4f}"
-    normalization = getattr(fusion, "normalization", "minmax")
-    return f"{fusion.kind} fusion: weighted sum of {normalization}-normalised bm25 and dense scores"
+    own = pipeline.retriever(retriever)
+    scale = reranker.score_scale() if reranker is not None else None
+    return scale or own.score_scale() or f"{own.kind} retriever score"
 
 
 def search(
@@ -212,16 +165,11 @@ def search(
                 {name: where.get(cid) for name, where in lists.items()},
             )
         )
-    own = pipeline.trial["retriever"]
-    scales = {
-        name: _BM25 if name == "bm25" else _store_scale(getattr(own, "store", None))
-        for name in lists
-    }
     return SearchResult(
         query,
-        retriever or own.kind,
+        retriever or pipeline.trial["retriever"].kind,
         score_scale(pipeline, retriever),
-        scales,
+        {name: found.scales[name] for name in lists},
         hits,
         took_ms,
         {stage: float(s[0]) * 1000 for stage, s in found.timings.items() if len(s)},
@@ -500,112 +448,122 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+def _object(required: Sequence[str] | None = None, **properties: Any) -> dict[str, Any]:
+    """An object schema of ``properties`` (given as a type name, or a schema), all required
+    unless ``required`` names some."""
+    shown = {k: {"type": v} if isinstance(v, str | list) else v for k, v in properties.items()}
+    needed = list(properties) if required is None else list(required)
+    return {"type": "object", "required": needed, "properties": shown}
+
+
+def _operation(summary: str, responses: dict[str, Any], body: str | None = None) -> dict[str, Any]:
+    """One operation: its summary, its JSON request body's schema (if any) and its responses."""
+    found: dict[str, Any] = {"summary": summary, "responses": responses}
+    if body is not None:
+        found["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": _ref(body)}},
+        }
+    return found
+
+
+_RANK = {"type": "integer", "minimum": 1}
+_NUMBERS = {"type": "object", "additionalProperties": {"type": "number"}}
+
+
+def _schemas() -> dict[str, Any]:
+    """The request and response objects of the API (and ``_status_schemas``)."""
+    found: dict[str, Any] = {"anyOf": [_ref("Found"), {"type": "null"}]}
+    found["description"] = "Where this list had the hit; null: not among its hits."
+    request = _object(
+        ["query"],
+        query={"type": "string", "minLength": 1, "maxLength": _MAX_QUERY},
+        k={"type": "integer", "minimum": 1, "maximum": MAX_K, "default": 10},
+        filter={"type": ["object", "null"], "description": _FILTER},
+        retriever={"type": ["string", "null"], "description": _RETRIEVER},
+    )
+    by_list = {
+        "type": "object",
+        "description": "Per first-stage list searched: what each retriever found.",
+    }
+    return {
+        "SearchRequest": {**request, "additionalProperties": False},
+        "Found": _object(
+            rank=_RANK, score={"type": "number", "description": "On that list's scale."}
+        ),
+        "Hit": _object(
+            rank=_RANK,
+            score={"type": "number", "description": "On the scale of score_scale."},
+            chunk_id="string",
+            doc_id="string",
+            text="string",
+            start={"type": "integer", "description": "Offset of the text in its document."},
+            end="integer",
+            metadata="object",
+            found_by={**by_list, "additionalProperties": found},
+        ),
+        "SearchResponse": _object(
+            ["query", "retriever", "score_scale", "found_by_scales", "took_ms", "hits"],
+            query="string",
+            retriever="string",
+            score_scale={"type": "string", "description": "What a hit's score means."},
+            found_by_scales={
+                **_STRINGS,
+                "description": "What each first-stage list's scores mean.",
+            },
+            took_ms="number",
+            stages_ms=_NUMBERS,
+            hits={"type": "array", "items": _ref("Hit")},
+        ),
+        **_status_schemas(),
+    }
+
+
+def _status_schemas() -> dict[str, Any]:
+    """The health and error objects of the API."""
+    return {
+        "Health": _object(
+            ["status", "collection", "documents", "chunks", "retrievers"],
+            status={"const": "ok"},
+            collection="string",
+            documents="integer",
+            chunks="integer",
+            pipeline="string",
+            retriever="string",
+            retrievers={"type": "array", "items": {"type": "string"}},
+            embedder=["string", "null"],
+            uptime_s="number",
+            version="string",
+        ),
+        "Error": _object(
+            ["error"],
+            error={"type": "string", "description": "One line naming the field."},
+            field={"type": "string", "description": "The field at fault (or body)."},
+        ),
+    }
+
+
+_STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
+_FILTER = "Chunk metadata every hit must match exactly (key: value)."
+_RETRIEVER = (
+    "First stage to run: one of the retrievers the collection serves (GET /health lists "
+    "them; default: the collection's own)."
+)
+
+
 def openapi_schema() -> dict[str, Any]:
     """The OpenAPI 3.1 description of the API (served at ``/openapi.json``)."""
     error = _ref("Error")
-    found = {
-        "anyOf": [_ref("Found"), {"type": "null"}],
-        "description": "Where this list had the hit; null: not among its hits.",
+    search = {
+        "200": _json(_ref("SearchResponse"), "The hits, best first."),
+        "400": _json(error, "A bad field; the error names it."),
+        "411": _json(error, "No Content-Length header."),
+        "413": _json(error, "The body is larger than 1 MiB."),
+        "500": _json(error, "The search failed."),
     }
-    schemas: dict[str, Any] = {
-        "SearchRequest": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["query"],
-            "properties": {
-                "query": {"type": "string", "minLength": 1, "maxLength": _MAX_QUERY},
-                "k": {"type": "integer", "minimum": 1, "maximum": MAX_K, "default": 10},
-                "filter": {
-                    "type": ["object", "null"],
-                    "description": "Chunk metadata every hit must match exactly (key: value).",
-                },
-                "retriever": {
-                    "type": ["string", "null"],
-                    "enum": ["bm25", "dense", "hybrid", None],
-                    "description": "First stage to run (default: the collection's); "
-                    "bm25 and dense alone are available on a hybrid collection (see /health).",
-                },
-            },
-        },
-        "Found": {
-            "type": "object",
-            "required": ["rank", "score"],
-            "properties": {
-                "rank": {"type": "integer", "minimum": 1},
-                "score": {"type": "number", "description": "On that list's scale."},
-            },
-        },
-        "Hit": {
-            "type": "object",
-            "required": [
-                "rank",
-                "score",
-                "chunk_id",
-                "doc_id",
-                "text",
-                "start",
-                "end",
-                "metadata",
-                "found_by",
-            ],
-            "properties": {
-                "rank": {"type": "integer", "minimum": 1},
-                "score": {"type": "number", "description": "On the scale of score_scale."},
-                "chunk_id": {"type": "string"},
-                "doc_id": {"type": "string"},
-                "text": {"type": "string"},
-                "start": {"type": "integer", "description": "Offset of the text in its document."},
-                "end": {"type": "integer"},
-                "metadata": {"type": "object"},
-                "found_by": {
-                    "type": "object",
-                    "description": "Per first-stage list searched (bm25, dense).",
-                    "additionalProperties": found,
-                },
-            },
-        },
-        "SearchResponse": {
-            "type": "object",
-            "required": ["query", "retriever", "score_scale", "found_by_scales", "took_ms", "hits"],
-            "properties": {
-                "query": {"type": "string"},
-                "retriever": {"type": "string"},
-                "score_scale": {"type": "string", "description": "What a hit's score means."},
-                "found_by_scales": {
-                    "type": "object",
-                    "additionalProperties": {"type": "string"},
-                    "description": "What each first-stage list's scores mean.",
-                },
-                "took_ms": {"type": "number"},
-                "stages_ms": {"type": "object", "additionalProperties": {"type": "number"}},
-                "hits": {"type": "array", "items": _ref("Hit")},
-            },
-        },
-        "Health": {
-            "type": "object",
-            "required": ["status", "collection", "documents", "chunks", "retrievers"],
-            "properties": {
-                "status": {"const": "ok"},
-                "collection": {"type": "string"},
-                "documents": {"type": "integer"},
-                "chunks": {"type": "integer"},
-                "pipeline": {"type": "string"},
-                "retriever": {"type": "string"},
-                "retrievers": {"type": "array", "items": {"type": "string"}},
-                "embedder": {"type": ["string", "null"]},
-                "uptime_s": {"type": "number"},
-                "version": {"type": "string"},
-            },
-        },
-        "Error": {
-            "type": "object",
-            "required": ["error"],
-            "properties": {
-                "error": {"type": "string", "description": "One line naming the field."},
-                "field": {"type": "string", "description": "The field at fault (or body)."},
-            },
-        },
-    }
+    summary = "Top-k chunks for a query, with what each retriever found"
+    health = {"200": _json(_ref("Health"), "The server is up.")}
+    itself = {"200": _json({"type": "object"}, "The OpenAPI document.")}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -614,34 +572,9 @@ def openapi_schema() -> dict[str, Any]:
             "description": "Search one ragbench collection (made by `ragbench ingest`).",
         },
         "paths": {
-            "/search": {
-                "post": {
-                    "summary": "Top-k chunks for a query, with what each retriever found",
-                    "requestBody": {
-                        "required": True,
-                        "content": {"application/json": {"schema": _ref("SearchRequest")}},
-                    },
-                    "responses": {
-                        "200": _json(_ref("SearchResponse"), "The hits, best first."),
-                        "400": _json(error, "A bad field; the error names it."),
-                        "411": _json(error, "No Content-Length header."),
-                        "413": _json(error, "The body is larger than 1 MiB."),
-                        "500": _json(error, "The search failed."),
-                    },
-                }
-            },
-            "/health": {
-                "get": {
-                    "summary": "The collection served and its retrievers",
-                    "responses": {"200": _json(_ref("Health"), "The server is up.")},
-                }
-            },
-            "/openapi.json": {
-                "get": {
-                    "summary": "This document",
-                    "responses": {"200": _json({"type": "object"}, "The OpenAPI document.")},
-                }
-            },
+            "/search": {"post": _operation(summary, search, "SearchRequest")},
+            "/health": {"get": _operation("The collection served and its retrievers", health)},
+            "/openapi.json": {"get": _operation("This document", itself)},
         },
-        "components": {"schemas": schemas},
+        "components": {"schemas": _schemas()},
     }

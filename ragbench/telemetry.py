@@ -7,10 +7,11 @@ provider, for this process), or the environment variable ``RAGBENCH_TELEMETRY`` 
 off, ``span`` returns a shared no-op span after one check, and opentelemetry is never imported.
 
 Span names are stage names (``chunks``, ``doc_vectors``, ``bm25_index``, ``dense``, ``fusion``,
-``rerank``, ...) and ``trial``, ``evaluate``, ``latency`` and ``search``. Attributes are
-``ragbench.*`` (``key``, ``area``, ``cache_hit``, ``rows``, ``items``, ``queries``,
-``trial_id``, ``label``, ``status``, ...) and, where a stage calls an LLM, the GenAI semantic
-conventions' ``gen_ai.request.model``, ``gen_ai.usage.input_tokens`` and ``output_tokens``.
+``rerank``, ...) and ``trial``, ``evaluate``, ``latency``, and a pipeline's ``ingest``,
+``search`` and ``delete``. Attributes are ``ragbench.*`` (``key``, ``area``, ``cache_hit``,
+``update``, ``rows``, ``items``, ``queries``, ``trial_id``, ``label``, ``status``, ...) and,
+where a stage calls an LLM, the GenAI semantic conventions' ``gen_ai.request.model``,
+``gen_ai.usage.input_tokens`` and ``output_tokens``.
 """
 
 from __future__ import annotations

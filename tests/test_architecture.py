@@ -1,5 +1,6 @@
-"""The package's shape: no import cycle (function-local imports included) and layers that only
-import downwards, read from the source with ``ast`` (see ARCHITECTURE.md, "Layers")."""
+"""The package's shape: no import cycle (function-local imports included), layers that only
+import downwards (see ARCHITECTURE.md, "Layers"), stages run by the executor alone, and kinds
+named only by themselves — read from the source with ``ast``."""
 
 import ast
 import re
@@ -138,3 +139,139 @@ def test_the_module_map_names_what_exists_and_every_package() -> None:
     assert unnamed == []
     # the checks can fail: a module that is gone and a package the page leaves out
     assert _missing("`retrieve/gone.py` and `graph.py`") == ["graph.py", "retrieve/gone.py"]
+
+
+# ---------------------------------------------------------------- the one executor
+
+# Where a stage runs: ``Execution`` computes or loads it, ``LiveExecution`` updates a deployed
+# plan's values as documents come and go (ARCHITECTURE.md, "Observability").
+EXECUTORS = {"retrieve/graph.py": "Execution", "retrieve/live.py": "LiveExecution"}
+
+
+_STAGES = re.compile(r"(.*\.)?(stages(\.values\(\))?|index_stages\(\)|live_stages\(.*\))")
+_STAGE_NAME = re.compile(r"s|stage|\w*_stage")
+
+
+def _stage_names(function: ast.AST) -> set[str]:
+    """Names bound to a stage in ``function``: parameters annotated ``Stage``, loop and
+    comprehension targets over a plan's stages, and ``x = ....stages[...]`` (or ``.get``)."""
+    found: set[str] = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            if ast.unparse(node.annotation) == "Stage":
+                found.add(node.arg)
+        elif isinstance(node, ast.For | ast.comprehension) and isinstance(node.target, ast.Name):
+            if _STAGES.fullmatch(ast.unparse(node.iter)):
+                found.add(node.target.id)
+        elif isinstance(node, ast.Assign) and _is_stage(node.value, set()):
+            found |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return found
+
+
+def _is_stage(node: ast.expr, names: set[str]) -> bool:
+    """Whether ``node`` is a stage: a name bound to one (or named as one: ``stage``, ``s``,
+    ``..._stage``), ``....stages[...]`` or ``....stages.get(...)``."""
+    if isinstance(node, ast.Name):
+        return node.id in names or _STAGE_NAME.fullmatch(node.id) is not None
+    if isinstance(node, ast.Subscript):
+        return ast.unparse(node.value).split(".")[-1] == "stages"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr == "get" and ast.unparse(node.func.value).endswith("stages")
+    return False
+
+
+def _runs_a_stage(call: ast.Call, names: set[str]) -> bool:
+    """Whether ``call`` runs a stage: any ``x.compute(...)`` (no other ``compute`` is called
+    in the package), and ``x.extend(...)`` where ``x`` is a stage (not a list, whose
+    ``extend`` is everywhere, nor an execution, whose ``extend`` runs the stages' own)."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return False
+    return func.attr == "compute" or (func.attr == "extend" and _is_stage(func.value, names))
+
+
+def _stage_runs(tree: ast.AST, allowed: str | None = None) -> list[int]:
+    """Lines of ``tree`` that run a stage outside the class ``allowed``."""
+    found: list[int] = []
+
+    def visit(node: ast.AST, inside: bool, names: set[str]) -> None:
+        if isinstance(node, ast.ClassDef):
+            inside = inside or node.name == allowed
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            names = names | _stage_names(node)
+        if isinstance(node, ast.Call) and not inside and _runs_a_stage(node, names):
+            found.append(node.lineno)
+        for child in ast.iter_child_nodes(node):
+            visit(child, inside, names)
+
+    visit(tree, False, set())
+    return sorted(found)
+
+
+def test_the_stage_run_checker_tells_stages_from_lists_and_executions() -> None:
+    source = (
+        "lines.extend(more)\n"  # a list
+        "stage.extend(live, *values)\n"
+        "self.plan.stages[name].extend(index)\n"
+        "s.compute(env, [doc])\n"
+        "self._live.extend(docs, replacing)\n"  # an execution: it runs the stages' own
+        "def grow(step: Stage, found):\n"
+        "    found.extend(step.extend(None))\n"
+        "    for kept in plan.index_stages():\n"
+        "        kept.extend(live)\n"
+        "class Execution:\n"
+        "    def run(self, stage):\n"
+        "        return stage.compute(self.env)\n"
+    )
+    assert _stage_runs(ast.parse(source)) == [2, 3, 4, 7, 9, 12]
+    assert _stage_runs(ast.parse(source), allowed="Execution") == [2, 3, 4, 7, 9]
+
+
+def test_a_stage_runs_only_in_the_executor() -> None:
+    outside = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = path.relative_to(PACKAGE).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if lines := _stage_runs(tree, EXECUTORS.get(name)):
+            outside[name] = lines
+    assert outside == {}
+    for name in EXECUTORS:  # the executor itself is seen by the checker
+        assert _stage_runs(ast.parse((PACKAGE / name).read_text(encoding="utf-8")))
+
+
+# ---------------------------------------------------------------- kinds declare what they know
+
+# Modules that read what kinds declare (``ComponentConfig``: score scales, parts, redundancy,
+# colours) and must never branch on a kind's name.
+READERS = ("service.py", "pipeline.py", "experiment/runner.py", "experiment/estimate.py")
+
+
+def _kind_names(tree: ast.AST, kinds: set[str]) -> list[tuple[int, str]]:
+    """Kind names ``tree`` compares with or keys a dict by: what a module knows of a kind."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            constants = [c for c in ast.walk(node) if isinstance(c, ast.Constant)]
+        elif isinstance(node, ast.Dict):
+            constants = [k for k in node.keys if isinstance(k, ast.Constant)]
+        else:
+            continue
+        found += [(c.lineno, c.value) for c in constants if c.value in kinds]
+    return found
+
+
+def test_no_module_outside_a_kind_names_it() -> None:
+    from ragbench.registry import axes, components
+
+    families = [a.name for a in axes()] + ["dense", "fusion", "sparse"]
+    kinds = {k for family in families for k in components(family).kinds()} - {"none"}
+    assert {"bm25", "dense", "hybrid", "cross_encoder", "rrf", "hnsw"} <= kinds
+    paths = [PACKAGE / name for name in READERS] + sorted((PACKAGE / "report").glob("*.py"))
+    named = {
+        path.relative_to(PACKAGE).as_posix(): found
+        for path in paths
+        if (found := _kind_names(ast.parse(path.read_text(encoding="utf-8")), kinds))
+    }
+    assert named == {}
+    source = 'if kind == "bm25":\n    x = {"dense": 1, "kind": "hybrid"}\n'  # the check can fail
+    assert _kind_names(ast.parse(source), kinds) == [(1, "bm25"), (2, "dense")]

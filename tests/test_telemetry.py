@@ -1,6 +1,7 @@
 """OpenTelemetry spans: a ``trial`` span per trial with its stages below it (cache hits flip on
-a rerun, sizes and LLM tokens as attributes), ``search`` spans of a pipeline, exporters chosen
-by config or environment, and nothing at all (not even an import) while telemetry is off."""
+a rerun, sizes and LLM tokens as attributes), ``ingest``, ``search`` and ``delete`` spans of a
+pipeline over the stages they run, exporters chosen by config or environment, and nothing at
+all (not even an import) while telemetry is off."""
 
 from __future__ import annotations
 
@@ -196,6 +197,52 @@ def test_the_environment_variable_prints_pipeline_search_spans(
     assert search["attributes"]["ragbench.queries"] == 1
     assert "ragbench.cache_hit" not in bm25["attributes"]  # a pipeline has no stage cache
     assert not telemetry.span("off again").recording
+
+
+def test_ingest_search_and_delete_emit_spans_of_the_stages_they_run(
+    exporter: InMemorySpanExporter,
+) -> None:
+    pipeline = RAGPipeline.from_config(
+        {
+            "chunker": {"kind": "recursive", "size": 200, "overlap": 0},
+            "embedder": {"kind": "hashing", "dim": 64},
+            "retriever": {"kind": "hybrid"},
+        }
+    )
+    docs = [Document("a", "Kestrel rotates keys nightly."), Document("b", "Port 9743.")]
+    pipeline.index(docs)
+    pipeline.index([Document("b", "Port 9744 since May."), Document("c", "ACLs grant access.")])
+    assert pipeline.retrieve("which port", k=1)[0].chunk.doc_id == "b"
+    assert pipeline.delete_document("a") == 1
+    spans = exporter.get_finished_spans()
+    parents = _parents(spans)
+    roots = [s for s in spans if parents[s.context.span_id] is None]
+    assert [s.name for s in roots] == ["ingest", "ingest", "search", "delete"]
+    under: dict[int, list[ReadableSpan]] = {id(r): [] for r in roots}
+    for span in spans:
+        if span not in roots:
+            under[id(_root(span, parents))].append(span)
+    first, again, search, delete = (under[id(r)] for r in roots)
+    # every index-time stage runs its incremental step under the ingest, in plan order
+    assert [s.name for s in first] == ["chunks", "doc_vectors", "dense_index", "bm25_index"]
+    assert [s.name for s in again] == [s.name for s in first]
+    steps = {s.name: s.attributes["ragbench.update"] for s in first}
+    assert steps == {
+        "chunks": "append",
+        "doc_vectors": "batch",
+        "dense_index": "extend",
+        "bm25_index": "extend",
+    }
+    assert {s.attributes["ragbench.key"] for s in first} == {
+        s.key for s in pipeline.plan(1).index_stages()
+    }
+    chunks = next(s for s in again if s.name == "chunks")
+    assert chunks.attributes["ragbench.items"] == 2  # the batch's own chunks
+    assert roots[1].attributes["ragbench.documents"] == 2
+    assert roots[0].attributes["ragbench.label"] == pipeline.trial.label
+    # a search runs the query-time stages over the live indexes (provided: no span of theirs)
+    assert sorted(s.name for s in search) == ["bm25", "dense", "fusion", "query_vectors"]
+    assert delete == []  # removing chunks computes nothing
 
 
 def test_telemetry_is_off_by_default_and_never_imports_opentelemetry() -> None:

@@ -44,8 +44,9 @@ from ragbench.experiment.tpe import tpe_trials
 from ragbench.experiment.trial import EXCERPT, Context, RunSpec, context
 from ragbench.index.cache import writable_cache_root
 from ragbench.models import check_models
+from ragbench.registry import redundancy
 
-__all__ = ["RunResult", "dry_run", "find_trial", "redundancy", "run"]
+__all__ = ["RunResult", "dry_run", "find_trial", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -334,32 +335,6 @@ def find_trial(run: str | Path | RunStore, wanted: str) -> Trial:
     raise DataError(f"{store.path}: trial {wanted!r} is not in the run's config any more")
 
 
-# Embedder options that do not change the vectors it computes.
-_SAME_VECTORS = frozenset({"batch_size", "device"})
-
-
-def redundancy(effective: Mapping[str, Any]) -> str | None:
-    """Why a trial cannot rank differently from another trial of its sweep, or None.
-
-    ``effective`` is a trial's effective config (``Trial.effective()``, the ``config`` column
-    of ``trials.parquet``). A dense reranker with the trial's own embedder over dense-only
-    retrieval of the original queries rescores the candidates by the very cosine they were
-    retrieved by: the trial ranks as the same retrieval without the reranker."""
-    retriever, reranker = effective.get("retriever") or {}, effective.get("reranker") or {}
-    if retriever.get("kind") != "dense" or reranker.get("kind") != "dense":
-        return None
-    if (effective.get("query") or {}).get("kind", "none") != "none":
-        return None  # the retriever searched with transformed queries; the reranker does not
-
-    def vectors(embedder: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in embedder.items() if k not in _SAME_VECTORS}
-
-    own, reranker_embedder = effective.get("embedder"), reranker.get("embedder")
-    if own is None or reranker_embedder is None or vectors(own) != vectors(reranker_embedder):
-        return None
-    return "dense rerank with the retriever's own embedder: ranks as the dense retrieval alone"
-
-
 def dry_run(
     config: str | Path | Mapping[str, Any] | ExperimentConfig,
     limit_queries: int | None = None,
@@ -370,7 +345,7 @@ def dry_run(
     (``ragbench.experiment.estimate``: it computes the cheap chunkings and measures each
     model on a sample, all kept in the cache), the endpoints (with the credential each is
     sent) the trial calls, and why a trial cannot rank differently from another one
-    (``redundancy``; "-" when it can)."""
+    (``registry.redundancy``; "-" when it can)."""
     _check_limit(limit_queries)
     cfg = config if isinstance(config, ExperimentConfig) else load_config(config)
     trials = expand(cfg)
@@ -394,7 +369,7 @@ def dry_run(
                 "llm_calls": cost.llm_calls,
                 "llm_usd": cost.dollars,
                 "endpoints": describe_endpoints(trial.configs),
-                "redundant": redundancy(trial.effective()) or "-",
+                "redundant": redundancy(trial.configs) or "-",
             }
         )
     return pd.DataFrame(rows)

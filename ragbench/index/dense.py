@@ -27,7 +27,7 @@ from ragbench.index.filters import matches
 from ragbench.registry import ComponentConfig, components
 from ragbench.types import Ranking
 
-__all__ = ["ExactConfig", "ExactStore", "HnswConfig", "HnswStore"]
+__all__ = ["ExactConfig", "ExactStore", "HnswConfig", "HnswStore", "similarity"]
 
 # Scores per query chunk (float32 scores + int64 argpartition indices: about 48 MB).
 _SCORE_BUDGET = 4 * 1024 * 1024
@@ -37,11 +37,27 @@ _BRUTE_FORCE_LIMIT = 4096
 Metadata = Sequence[Mapping[str, Any]] | None
 
 
+_SIMILARITIES = {
+    "cosine": "cosine similarity (-1 to 1)",
+    "ip": "inner product of the embeddings",
+    "l2": "negative squared L2 distance (0 is identical)",
+}
+
+
+def similarity(metric: str) -> str:
+    """What a store's scores under ``metric`` (its distance or similarity) mean."""
+    return _SIMILARITIES.get(metric, f"{metric} similarity")
+
+
 class ExactConfig(ComponentConfig):
     """Exhaustive search over a float32 matrix."""
 
     kind: Literal["exact"] = "exact"
     metric: Literal["cosine", "ip"] = "cosine"
+
+    def score_scale(self) -> str:
+        """The similarity of its ``metric``."""
+        return similarity(self.metric)
 
 
 class HnswConfig(ComponentConfig):
@@ -61,6 +77,10 @@ class HnswConfig(ComponentConfig):
     ef_search: int = Field(100, ge=1)
     seed: int = Field(100, ge=0)
     threads: int = Field(1, ge=1)
+
+    def score_scale(self) -> str:
+        """The similarity of its ``space``."""
+        return similarity(self.space)
 
     @model_serializer(mode="wrap")
     def _omit_default_threads(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from ragbench.index.dense import (
     _ranking,
     _read_state,
     _Store,
+    similarity,
 )
 from ragbench.index.filters import matches
 from ragbench.registry import ComponentConfig, components
@@ -69,6 +70,10 @@ class LanceDBConfig(ComponentConfig):
     path: str | None = None
 
     unlabelled: ClassVar[frozenset[str]] = frozenset({"path"})
+
+    def score_scale(self) -> str:
+        """The similarity of its ``metric``."""
+        return similarity(self.metric)
 
     @model_serializer(mode="wrap")
     def _omit_unset_path(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

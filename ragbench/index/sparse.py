@@ -71,6 +71,10 @@ class BM25Config(ComponentConfig):
             )
         return self
 
+    def score_scale(self) -> str:
+        """BM25 scores have no upper bound."""
+        return "BM25 score (0 and up, unbounded: compare within one query)"
+
 
 class _Engine(Protocol):
     """A built backend: top-k document positions, scores and hit flags for a query batch, and

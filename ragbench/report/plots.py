@@ -30,6 +30,7 @@ from matplotlib.ticker import MaxNLocator
 
 from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.metrics import higher_is_better
+from ragbench.registry import components
 from ragbench.report.tables import spend
 
 __all__ = [
@@ -54,7 +55,6 @@ RETRIEVER = "param.retriever.kind"
 TOTAL_P95 = "latency.total.p95_ms"
 
 _PALETTE = [mpl.colormaps["tab10"](i) for i in range(10)]
-_KIND_COLOURS = {"bm25": _PALETTE[0], "dense": _PALETTE[1], "hybrid": _PALETTE[2]}
 _LINESTYLES = ["-", "--", "-.", ":"]
 _MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
 _LATENCY = re.compile(r"latency\.(?P<stage>[^.]+)\.(?P<pct>p\d+)_ms")
@@ -87,10 +87,13 @@ def save(fig: Figure, path: Path | str) -> Path:
 
 
 def kind_colour(kind: object) -> tuple[float, float, float, float]:
-    """The colour of a retriever kind: fixed for built-in kinds, stable for the others."""
+    """The colour of a retriever kind: the palette slot the kind declares (``colour``), else
+    one of the spare slots, picked by its name (stable across runs)."""
     name = str(kind)
-    if name in _KIND_COLOURS:
-        return _KIND_COLOURS[name]
+    retrievers = components("retriever")
+    slot = retrievers.config_class(name).colour if name in retrievers.kinds() else None
+    if slot is not None:
+        return _PALETTE[slot]
     spare = _PALETTE[3:]
     return spare[zlib.crc32(name.encode()) % len(spare)]
 

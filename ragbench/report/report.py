@@ -32,8 +32,9 @@ from ragbench.evaluate.metrics import (
     parse_metric,
 )
 from ragbench.evaluate.significance import bootstrap_ci, compare, compare_all
-from ragbench.experiment.runner import redundancy
+from ragbench.experiment.config import trial_of
 from ragbench.experiment.store import RunStore
+from ragbench.registry import redundancy
 from ragbench.report import plots
 from ragbench.report.confidence import PickConfidence, pick_confidence, tie_text
 from ragbench.report.drilldown import drilldown
@@ -291,11 +292,12 @@ class Report:
     @cached_property
     def redundant(self) -> dict[str, str]:
         """Trials that cannot rank differently from another trial of the sweep (trial id →
-        why, ``runner.redundancy``); a trial without a recorded config is never listed."""
+        why, ``registry.redundancy``); a trial without a recorded config, or of a kind this
+        process does not know, is never listed."""
         if "config" not in self._finished.columns:
             return {}
         found = {
-            str(t): redundancy(json.loads(c))
+            str(t): _redundancy(c)
             for t, c in zip(self._finished["trial_id"], self._finished["config"], strict=True)
             if isinstance(c, str)
         }
@@ -677,3 +679,11 @@ _LATEX = {
 def _latex(value: object) -> str:
     """Text safe inside a LaTeX table cell."""
     return "".join(_LATEX.get(ch, ch) for ch in str(value))
+
+
+def _redundancy(config: str) -> str | None:
+    """Why the trial of a recorded ``config`` (JSON) cannot rank differently from another."""
+    try:
+        return redundancy(trial_of(json.loads(config)).configs)
+    except ConfigError:  # a kind this process does not know (a plugin not installed)
+        return None

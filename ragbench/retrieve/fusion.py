@@ -40,6 +40,14 @@ class RRFConfig(ComponentConfig):
     k: float = Field(60.0, ge=0, allow_inf_nan=False)
     weights: tuple[Weight, ...] | None = Field(None, min_length=1)
 
+    def score_scale(self) -> str:
+        """The formula of a fused score and its largest value (first in both lists)."""
+        top = sum(self.weights or (1.0, 1.0)) / (self.k + 1)
+        each = f"1/({self.k:g} + rank)"
+        if self.weights is not None:
+            each = f"w/({self.k:g} + rank), weights {self.weights}"
+        return f"RRF: sum over the bm25 and dense lists of {each}, at most {top:.4f}"
+
 
 class WeightedConfig(ComponentConfig):
     """Weighted sum of per-query normalised scores (weights default to 1 per list)."""
@@ -47,6 +55,13 @@ class WeightedConfig(ComponentConfig):
     kind: Literal["weighted"] = "weighted"
     normalization: Normalization = "minmax"
     weights: tuple[Weight, ...] | None = Field(None, min_length=1)
+
+    def score_scale(self) -> str:
+        """A weighted sum of the lists' normalised scores."""
+        return (
+            f"{self.kind} fusion: weighted sum of {self.normalization}-normalised bm25 and "
+            "dense scores"
+        )
 
 
 class ConvexConfig(WeightedConfig):

@@ -7,7 +7,8 @@ are known before anything runs, so the same plan serves three executors:
 
 * the sweep runs every stage through the stage cache (``Execution`` with a ``StageCache``);
 * ``--dry-run`` reads only the keys (``Plan.keys``) to say what is cached;
-* ``RAGPipeline`` runs the query-time stages in memory over its live indexes (``provided``).
+* ``RAGPipeline`` keeps the index-time values live (``retrieve/live.py``) and runs the
+  query-time stages in memory over them (``provided``).
 
 Two sources feed a plan: ``corpus`` (the documents) and ``queries`` (the query texts). Index-time
 stages (chunks, vectors, indexes) depend on the corpus alone; query-time stages produce per-query
@@ -29,7 +30,7 @@ import string
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -95,14 +96,29 @@ def component_key(config: ComponentConfig) -> str:
     return stage_key("component", config.key(), *(model_identity(m) for m in models))
 
 
+Update = Literal["append", "batch", "extend", "derive"]
+"""How a live index-time value follows a change of the corpus (``Stage.update``)."""
+
+
 @dataclass(frozen=True)
 class Stage:
     """One step of a plan: ``compute(env, *values of inputs)`` gives its artifact.
 
     ``area`` is the cache area the artifact is stored under; ``index`` marks index-time
     artifacts (built once per corpus, counted as build time); ``latency`` names the per-query
-    seconds a query-time artifact carries (``value.seconds``); ``extend(value, *inputs of new
-    documents)`` adds documents to a live index in place (a pipeline's incremental updates).
+    seconds a query-time artifact carries (``value.seconds``); ``config`` is the component it
+    runs (the dry run prices it). ``update`` says how a pipeline keeps an index-time value up
+    to date as documents come and go (``Execution.extend`` / ``delete``):
+
+    * ``append`` — computed over each new document alone and appended (chunk sets, which read
+      the corpus); a deleted document's chunks are dropped;
+    * ``batch`` — computed over the new documents' values for the stages that read it
+      (document vectors); a live copy no longer matches the chunks and is dropped (a
+      query-time reader then computes what it needs);
+    * ``extend`` — ``extend(value, *inputs over the new documents)`` adds them in place
+      (indexes), and ``value.delete(chunk ids)`` removes;
+    * ``derive`` — recomputed from the live values when next read (a ``window``
+      postprocess's windows).
     """
 
     name: str
@@ -115,6 +131,7 @@ class Stage:
     latency: str | None = None
     extend: Callable[..., Any] | None = None
     config: ComponentConfig | None = None
+    update: Update = "derive"
 
 
 @dataclass
@@ -208,7 +225,9 @@ class StepConfig(ComponentConfig):
 class Plan:
     """An ordered list of stages (inputs first), the ranking it outputs, the chunks stage that
     ranking's ids refer to, the axes it used, the stage holding its answers (if a generator
-    answers), and the stage holding the query texts the retrievers searched with."""
+    answers), the stage holding the query texts the retrievers searched with, and the
+    first-stage lists its steps declared (``(name, stage)``: each BM25 and dense search),
+    which say what each retriever found before fusion or reranking."""
 
     stages: Mapping[str, Stage]
     output: str
@@ -216,6 +235,7 @@ class Plan:
     axes: frozenset[str]
     answers: str | None = None
     queries: str = "queries"
+    lists: tuple[tuple[str, str], ...] = ()
 
     def keys(self) -> dict[str, str]:
         """Stage name → artifact key."""
@@ -242,7 +262,8 @@ class PlanBuilder:
     value is the query texts the retrievers see (the ``queries`` source until a query step
     replaces it with its ``Queries``; ``varied`` when that gives some queries several texts);
     ``answers`` names the stage holding a generator's answers; ``result_chunks`` the chunk set
-    a post-retrieval step's ranking refers to, when it is not the trial's chunks.
+    a post-retrieval step's ranking refers to, when it is not the trial's chunks; ``lists``
+    the first-stage lists (``(name, stage)``) retrievers planned.
     """
 
     def __init__(
@@ -255,6 +276,7 @@ class PlanBuilder:
         self.varied = False
         self.answers: str | None = None
         self.result_chunks: str | None = None
+        self.lists: list[tuple[str, str]] = []
         self._keys = {name: (sources or {}).get(name, name) for name in SOURCES}
         self._by_key: dict[str, str] = {}
 
@@ -287,11 +309,13 @@ class PlanBuilder:
         latency: str | None = None,
         extend: Callable[..., Any] | None = None,
         config: ComponentConfig | None = None,
+        update: Update = "derive",
     ) -> str:
         """Add a stage keyed by ``area``, its inputs' keys and ``parts``; returns its name.
 
         A stage with the same key as one already added is that stage (two steps asking for the
         same resource share it); a different stage under a taken name gets a ``#n`` suffix.
+        A stage with ``extend`` is updated in place (``update="extend"``).
         """
         key = stage_key(area, *(self.key(i) for i in inputs), *parts)
         if key in self._by_key:
@@ -300,8 +324,9 @@ class PlanBuilder:
         while unique in self.stages:
             n += 1
             unique = f"{name}#{n}"
+        update = "extend" if extend is not None else update
         self.stages[unique] = Stage(
-            unique, area, tuple(inputs), key, compute, codec, index, latency, extend, config
+            unique, area, tuple(inputs), key, compute, codec, index, latency, extend, config, update
         )
         self._by_key[key] = unique
         return unique
@@ -344,6 +369,7 @@ class PlanBuilder:
             artifacts.CHUNKS,
             index=True,
             config=chunker,
+            update="append",
         )
 
     def doc_vectors(
@@ -368,6 +394,7 @@ class PlanBuilder:
             artifacts.VECTORS,
             index=True,
             config=embedder,
+            update="batch",
         )
 
     def dense_index(
@@ -473,7 +500,8 @@ def compile_plan(
     if ranking is None:
         raise ValueError("the trial's steps produce no ranking (a retriever is needed)")
     chunks = g.result_chunks or g.chunks()
-    return Plan(dict(g.stages), ranking, chunks, frozenset(g.used), g.answers, g.queries)
+    found = tuple(dict.fromkeys(g.lists))
+    return Plan(dict(g.stages), ranking, chunks, frozenset(g.used), g.answers, g.queries, found)
 
 
 def collapse(g: PlanBuilder, ranking: str, k: int) -> str:
@@ -528,7 +556,9 @@ class Execution:
 
     With a ``cache`` every stage goes through it (a cached artifact is loaded, not computed);
     ``provided`` values stand in for stages (a pipeline's live indexes). Each stage computed or
-    loaded here is a telemetry span named after it (``ragbench.telemetry``).
+    loaded here is a telemetry span named after it (``ragbench.telemetry``); the one other
+    place a stage runs is ``retrieve/live.py``'s ``LiveExecution``, which updates a deployed
+    plan's index-time values as documents come and go.
     """
 
     def __init__(

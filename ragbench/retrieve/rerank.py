@@ -31,7 +31,7 @@ from ragbench.errors import RagbenchError
 from ragbench.llm.client import LLMClient, LLMError, LLMOptions
 from ragbench.models import hub_offline, resolve_model
 from ragbench.protocols import Embedder, Reranker
-from ragbench.registry import component_field, components
+from ragbench.registry import ComponentConfig, component_field, components
 from ragbench.retrieve.artifacts import RANKING, ChunkSet, QueryUsage, Timed
 from ragbench.retrieve.assemble import quote_untrusted, system_notice
 from ragbench.retrieve.graph import Env, PlanBuilder, StepConfig, component_key
@@ -195,6 +195,10 @@ class RerankerConfig(StepConfig):
         """The first stage gives at least ``candidates`` hits."""
         return max(k, self.candidates)
 
+    def score_scale(self) -> str:
+        """What its scores mean (each kind says; a plugin's kind is named)."""
+        return f"{self.kind} reranker score"
+
     def reranker(self, env: Env, chunks: ChunkSet, *resources: Any) -> Reranker:
         """The component that rescores (shared by every plan run with ``env``), given the
         values of the ``resources`` stages."""
@@ -257,6 +261,10 @@ class CrossEncoderConfig(RerankerConfig):
     batch_size: int = Field(32, gt=0)
     max_length: int = Field(512, gt=0)
     device: str = "cpu"
+
+    def score_scale(self) -> str:
+        """The model's raw relevance score."""
+        return "cross-encoder relevance score (the model's raw output)"
 
 
 _CROSS_ENCODERS: dict[tuple[str, str], Any] = {}
@@ -355,6 +363,22 @@ class DenseRerankConfig(RerankerConfig):
         )
     )
 
+    def score_scale(self) -> str:
+        """A cosine of its own embedder's vectors."""
+        return "cosine similarity of the reranker's embeddings (-1 to 1)"
+
+    def redundancy(self, trial: Mapping[str, ComponentConfig]) -> str | None:
+        """Over a retriever that ranks by the same vectors alone (``ranks_by``), searching
+        with the original queries, it rescores the candidates by the very cosine they were
+        retrieved by: the trial ranks as the same retrieval without the reranker."""
+        retriever, query = trial.get("retriever"), trial.get("query")
+        if retriever is None or (query is not None and query.kind != "none"):
+            return None  # with transformed queries the retriever searched other texts
+        theirs = retriever.ranks_by(trial)
+        if theirs is None or _vectors(theirs) != _vectors(self.embedder):
+            return None
+        return "dense rerank with the retriever's own embedder: ranks as the dense retrieval alone"
+
     def resources(self, g: PlanBuilder) -> list[str]:
         """The chunks' and the queries' vectors under this reranker's own embedder (shared
         with a dense retriever of the same model)."""
@@ -367,6 +391,15 @@ class DenseRerankConfig(RerankerConfig):
         return DenseReranker(
             self, env.embedder(self.embedder), (chunks.table.row_of, vectors), asked
         )
+
+
+# Embedder options that do not change the vectors it computes.
+_SAME_VECTORS = frozenset({"batch_size", "device"})
+
+
+def _vectors(embedder: ComponentConfig) -> dict[str, Any]:
+    """An embedder's config without the options that leave its vectors alone."""
+    return {k: v for k, v in embedder.model_dump(mode="json").items() if k not in _SAME_VECTORS}
 
 
 def _unit_rows(vectors: np.ndarray) -> np.ndarray:
@@ -431,6 +464,10 @@ class LLMRerankConfig(RerankerConfig, LLMOptions):
     kind: Literal["llm"] = "llm"
     candidates: int = Field(20, gt=0)
     timeout: float = Field(30.0, gt=0)
+
+    def score_scale(self) -> str:
+        """The judge's 0 to 10 grade."""
+        return "LLM relevance judgement (0 to 10)"
 
     def reranker(self, env: Env, chunks: ChunkSet, *resources: Any) -> Reranker:
         """A judge calling the model through the env's cached client."""

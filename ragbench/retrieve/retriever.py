@@ -9,7 +9,7 @@ documents while the dense side sees passages) and the two lists are fused per do
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -59,7 +59,9 @@ def bm25_search(
         return Timed(*per_query(step, len(texts), k, env.warm_up, QUALITY_BATCH))
 
     inputs = (g.bm25_index(config, chunker), g.queries)
-    return g.add("bm25", "bm25", inputs, (k,), compute, RANKING, latency="bm25")
+    found = g.add("bm25", "bm25", inputs, (k,), compute, RANKING, latency="bm25", config=config)
+    g.lists.append(("bm25", found))
+    return found
 
 
 def dense_search(g: PlanBuilder, store: ComponentConfig, k: int) -> str:
@@ -74,7 +76,9 @@ def dense_search(g: PlanBuilder, store: ComponentConfig, k: int) -> str:
         return Timed(*per_query(step, len(vectors), k, env.warm_up, QUALITY_BATCH))
 
     inputs = (g.dense_index(store), g.query_vectors())
-    return g.add("dense", "dense", inputs, (k,), compute, RANKING, latency="dense")
+    found = g.add("dense", "dense", inputs, (k,), compute, RANKING, latency="dense", config=store)
+    g.lists.append(("dense", found))
+    return found
 
 
 def fuse(
@@ -145,6 +149,8 @@ def _default(family: str, kind: str) -> Any:
 class BM25RetrieverConfig(BM25Config, StepConfig):
     """BM25 over the trial's chunks (the BM25 options inline)."""
 
+    colour: ClassVar[int | None] = 0
+
     def plan(self, g: PlanBuilder, upstream: str | None, k: int) -> str:
         """One BM25 search of ``k`` hits."""
         return bm25_search(g, self, k)
@@ -154,8 +160,17 @@ class DenseRetrieverConfig(StepConfig):
     """Dense first stage over the trial's embedder."""
 
     uses: ClassVar[frozenset[str]] = frozenset({"embedder"})
+    colour: ClassVar[int | None] = 1
     kind: Literal["dense"] = "dense"
     store: component_field("dense") = _default("dense", "exact")  # type: ignore[valid-type]
+
+    def score_scale(self) -> str | None:
+        """Its store's similarity."""
+        return self.store.score_scale()
+
+    def ranks_by(self, trial: Mapping[str, ComponentConfig]) -> ComponentConfig | None:
+        """The trial's embedder: its hits are ordered by their vectors' similarity alone."""
+        return trial.get("embedder")
 
     def plan(self, g: PlanBuilder, upstream: str | None, k: int) -> str:
         """One dense search of ``k`` hits."""
@@ -166,6 +181,7 @@ class HybridRetrieverConfig(StepConfig):
     """Dense and BM25 first stages, ``depth`` candidates each, fused into one ranking."""
 
     uses: ClassVar[frozenset[str]] = frozenset({"embedder"})
+    colour: ClassVar[int | None] = 2
     kind: Literal["hybrid"] = "hybrid"
     store: component_field("dense") = _default("dense", "exact")  # type: ignore[valid-type]
     bm25: BM25Config = Field(default_factory=BM25Config)
@@ -175,6 +191,20 @@ class HybridRetrieverConfig(StepConfig):
     """BM25 over another chunking of the corpus (e.g. whole documents while the dense side sees
     passages); both lists are then fused per document, each document scored by its best chunk
     in each list and represented by its best dense chunk."""
+
+    def score_scale(self) -> str | None:
+        """Its fusion's scale."""
+        return self.fusion.score_scale() or "fused score"
+
+    def parts(self) -> dict[str, ComponentConfig]:
+        """Its BM25 and its dense side alone, over its own indexes (none with a
+        ``bm25_chunker``: the BM25 side then indexes other chunks than the ranking shows)."""
+        if self.bm25_chunker is not None:
+            return {}
+        retrievers = components("retriever")
+        store = self.store.model_dump(mode="json")
+        sides = (self.bm25.model_dump(mode="json"), {"kind": "dense", "store": store})
+        return {side.kind: side for side in map(retrievers.parse, sides)}
 
     def plan(self, g: PlanBuilder, upstream: str | None, k: int) -> str:
         """Dense and BM25 searches of ``max(depth, k)`` hits each, fused to ``k``."""
