@@ -272,7 +272,9 @@ class Metric:
     """A parsed metric: canonical ``name``, ``family``, rank cutoff ``k`` or token ``budget``.
 
     ``k`` is None for metrics over the whole ranking (``mrr``, ``map``, ``r_precision``). The
-    family's row of the metric table (``spec``) gives its level and direction.
+    family's row of the metric table (``spec``) gives its level and direction. What configs,
+    evaluation, selection, TPE and significance carry (``parse_metric`` makes one, once, where
+    a metric string enters); ``str(metric)`` is the name results files and reports write.
     """
 
     name: str

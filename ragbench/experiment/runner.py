@@ -220,7 +220,7 @@ def run(
         ctx = context(spec)
         trials = expand(cfg)
         check_models((t.configs for t in trials), cfg.sweep)
-        manifest = _manifest(ctx, trials)
+        manifest = _manifest(spec, ctx, trials)
         _open_store(store, manifest, ctx, resume=resume, overwrite=overwrite)
         done = store.finished_ids() if resume else set()
         if cfg.search.strategy == "tpe":
@@ -240,11 +240,10 @@ def run(
         return RunResult(store.path)
 
 
-def _manifest(ctx: Context, trials: Sequence[Trial]) -> dict[str, Any]:
+def _manifest(spec: RunSpec, ctx: Context, trials: Sequence[Trial]) -> dict[str, Any]:
     """The run's ``manifest.json`` as it starts: config, dataset, queries, evaluation, the
     metrics evaluated (and skipped), trials, versions."""
-    spec, labeled = ctx.spec, ctx.labeled
-    cfg, evaluation = spec.config, ctx.evaluation
+    cfg, labeled, evaluation = spec.config, ctx.labeled, ctx.evaluation
     return {
         "config": cfg.model_dump(mode="json", exclude={"base_dir"}),
         "dataset": {
@@ -289,7 +288,7 @@ def _open_store(
     store.write_manifest(manifest)
     store.write_queries(_queries_frame(ctx))
     if resume:
-        metrics = [m.name for m in ctx.spec.config.evaluation.metrics]
+        metrics = [m.name for m in ctx.evaluation.settings.metrics]  # skipped ones too
         for why in store.repair(ctx.query_ids, metrics, ctx.evaluation.curves):
             log.warning("resume: %s", why)
 
