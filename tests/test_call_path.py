@@ -7,6 +7,8 @@ from pathlib import Path
 from types import CodeType, FrameType, ModuleType
 from typing import Any
 
+import pytest
+
 import ragbench.evaluate.answers
 import ragbench.evaluate.labels
 import ragbench.evaluate.metric_table
@@ -31,7 +33,8 @@ OPAQUE = {"_latency"}
 
 
 def _accessors(module: ModuleType) -> set[CodeType]:
-    """The code of the properties of ``module``'s classes: reading an attribute is no visit."""
+    """The code of the properties of ``module``'s classes: reading an attribute is no visit
+    (nor is making a value: dunder methods are skipped too)."""
     found = set()
     for _, cls in inspect.getmembers(module, inspect.isclass):
         for value in vars(cls).values():
@@ -60,9 +63,10 @@ def _visits(spec: RunSpec, trial: Any) -> tuple[list[str], list[Any]]:
         if code is parse:
             parsed.append(frame.f_locals.get("spec"))
         room = files.get(Path(code.co_filename).resolve())
-        if room is None or code in skip or code.co_name.startswith("<"):
+        name = code.co_name
+        if room is None or code in skip or name.startswith("<") or name.endswith("__"):
             return
-        if code.co_name in OPAQUE:
+        if name in OPAQUE:
             inside.append(frame)
         if not rooms or rooms[-1] != room:
             rooms.append(room)
@@ -76,13 +80,28 @@ def _visits(spec: RunSpec, trial: Any) -> tuple[list[str], list[Any]]:
     return rooms, parsed
 
 
-def test_a_trial_visits_each_room_at_most_twice_in_order(tmp_path: Path) -> None:
+EXTRACTIVE = {"generator": [{"kind": "extractive"}]}
+RANKING = ["trial", "graph", "evaluation", "labels", "metrics"]
+
+
+@pytest.mark.parametrize(
+    ("answer_metrics", "sweep", "path"),
+    [
+        ([], {}, [*RANKING, "graph", "trial"]),
+        (["token_f1"], EXTRACTIVE, [*RANKING, "answers", "graph", "trial"]),
+    ],
+    ids=["ranking", "answers"],
+)
+def test_a_trial_visits_each_room_at_most_twice_in_order(
+    tmp_path: Path, answer_metrics: list[str], sweep: dict[str, Any], path: list[str]
+) -> None:
+    metrics = ["ndcg@10", "recall@20", "span_recall@5", *answer_metrics]
     config = load_config(
         {
             "name": "path",
             "dataset": {"path": str(require(DEMO))},
-            "evaluation": {"metrics": ["ndcg@10", "recall@20", "span_recall@5"], "depth": 20},
-            "sweep": {"retriever": [{"kind": "bm25"}]},
+            "evaluation": {"metrics": metrics, "depth": 20},
+            "sweep": {"retriever": [{"kind": "bm25"}], **sweep},
             "latency": {"queries": 3, "repeats": 1},
         }
     )
@@ -90,6 +109,6 @@ def test_a_trial_visits_each_room_at_most_twice_in_order(tmp_path: Path) -> None
     trial = expand(config)[0]
     context(spec)  # the process's shared context is built once, before any trial
     rooms, parsed = _visits(spec, trial)
-    assert rooms == ["trial", "graph", "evaluation", "labels", "metrics", "graph", "trial"], rooms
+    assert rooms == path, rooms
     assert max(rooms.count(room) for room in rooms) <= 2
     assert all(not isinstance(p, str) for p in parsed), parsed  # metrics travel parsed

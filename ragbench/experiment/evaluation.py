@@ -18,16 +18,15 @@ import numpy as np
 import pandas as pd
 
 from ragbench.data.labeled import LabeledSet
-from ragbench.evaluate.answers import AnswerSample, evaluate_answers, needs
+from ragbench.evaluate.answers import AnswerSample, evaluate_answers
 from ragbench.evaluate.labels import evaluate_chunks
 from ragbench.evaluate.metric_table import Metric
 from ragbench.experiment.config import EvaluationSpec
 from ragbench.experiment.store import TrialResult
-from ragbench.llm.client import LLMClient
+from ragbench.llm.client import LLMClient, LLMConfig
 from ragbench.protocols import Embedder
-from ragbench.registry import components
+from ragbench.registry import ComponentConfig, components
 from ragbench.retrieve.artifacts import Answers, ChunkSet
-from ragbench.retrieve.graph import Env
 from ragbench.text.chunk_table import ChunkTable, document_ranking
 from ragbench.types import Ranking
 
@@ -64,7 +63,7 @@ class Evaluation:
         for metric in settings.metrics:
             if (
                 metric.level == "answer"
-                and "reference" in needs(metric)
+                and "reference" in metric.spec.needs
                 and not labeled.has_answers
             ):
                 skipped[metric.name] = f"dataset {labeled.name!r} has no reference answers"
@@ -92,19 +91,31 @@ class Evaluation:
                 families[metric.family] = min(_SPAN_CURVE_DEPTH if metric.is_span else depth, depth)
         return families
 
+    @property
+    def judges(self) -> tuple[LLMConfig | None, ComponentConfig | None]:
+        """The LLM and the embedder the answer metrics call (None where they call none; the
+        embedder defaults to the sentence-transformers default model)."""
+        if not self.answer:
+            return None, None
+        wanted = {n for m in self.answer for n in m.spec.needs}
+        spec = self.settings.embedder
+        if spec is None and "embeddings" in wanted:
+            spec = components("embedder").parse({"kind": "sentence-transformers"})
+        return self.settings.llm, spec
+
     def evaluate(
         self,
         result: TrialResult,
         ranking: Ranking,
         chunks: ChunkSet,
         answers: Answers | None,
-        env: Env,
+        judges: tuple[LLMClient | None, Embedder | None] = (None, None),
     ) -> None:
         """Score a trial's ``ranking`` (over ``chunks``) and ``answers`` into ``result``: its
         per-query values, metric@k curves, evaluated ranking, top chunks and answers table;
-        ``env`` lends the judges answer metrics call."""
-        table = chunks.table
-        self._rankings(result, ranking, table)
+        ``judges`` are the LLM and the embedder of ``Evaluation.judges``, loaded."""
+        samples = self._samples(ranking, chunks, answers) if self.answer else []
+        self._rankings(result, ranking, chunks.table)
         if answers is not None:
             result.answers = pd.DataFrame(
                 {
@@ -115,9 +126,7 @@ class Evaluation:
                 }
             )
         if self.answer:
-            samples = self._samples(ranking, chunks, answers)
-            llm, embedder = self._judges(env)
-            result.per_query |= evaluate_answers(samples, self.answer, llm, embedder)
+            result.per_query |= evaluate_answers(samples, self.answer, *judges)
 
     def _rankings(self, result: TrialResult, ranking: Ranking, table: ChunkTable) -> None:
         """The ranking metrics and their curves in one ``evaluate_chunks`` call, the evaluated
@@ -174,18 +183,6 @@ class Evaluation:
                 )
             )
         return samples
-
-    def _judges(self, env: Env) -> tuple[LLMClient | None, Embedder | None]:
-        """The LLM and the embedder answer metrics call (None where the settings have none
-        and no metric needs one)."""
-        settings = self.settings
-        llm = env.llm(settings.llm, "evaluation.llm") if settings.llm else None
-        wanted = {n for m in self.answer for n in needs(m)}
-        spec = settings.embedder
-        if spec is None and "embeddings" in wanted:
-            spec = components("embedder").parse({"kind": "sentence-transformers"})
-        embedder = env.embedder(spec) if spec is not None else None
-        return llm, embedder
 
 
 def _references(

@@ -224,9 +224,14 @@ def _run_trial(spec: RunSpec, trial: Trial) -> TrialResult:
             execution.traces(),
         )
         evaluation = ctx.evaluation
+        llm, embedder = evaluation.judges
+        judges = (
+            ctx.env.llm(llm, "evaluation.llm") if llm else None,
+            ctx.env.embedder(embedder) if embedder is not None else None,
+        )
         queries = len(evaluation.query_ids)
         with telemetry.span("evaluate", metrics=len(evaluation.metrics), queries=queries):
-            evaluation.evaluate(result, ranking, chunks, answers, ctx.env)
+            evaluation.evaluate(result, ranking, chunks, answers, judges)
         result.llm_requests = sum(c.usage.requests for c in ctx.env.clients()) - requests
         result.usage = _costs(usage, spec.config.prices)
         _record_latency(result, _latency(ctx, execution, spec.config.latency, spec.remeasure))
