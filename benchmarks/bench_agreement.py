@@ -134,7 +134,7 @@ def _one_set(
     shutil.rmtree(target, ignore_errors=True)
     made = generate(dataset, target, method, n=n, seed=seed)
     done = run_config(agreement_config(config, target), root / name, limit, cache_root)
-    found = [agreement(root / "real", root / name, m) for m in config.evaluation.metrics]
+    found = [agreement(root / "real", root / name, m.name) for m in config.evaluation.metrics]
     return {
         "set": {
             "queries": made.queries,
@@ -169,7 +169,7 @@ def corpus(
     out: dict[str, Any] = {
         "config": relative(config_path),
         "real": _provenance(real),
-        "metrics": list(config.evaluation.metrics),
+        "metrics": [m.name for m in config.evaluation.metrics],
         "seeds": {},
     }
     for seed in seeds:
@@ -198,7 +198,7 @@ def ceiling(
     test = agreement_config(config, scifact)
     train = test.model_copy(update={"dataset": test.dataset.model_copy(update={"split": "train"})})
     done = run_config(train, root / "train", limit, cache_root)
-    metric = config.evaluation.metrics[0]
+    metric = config.evaluation.metrics[0].name
     real = RunStore(root / "real").trials().set_index("trial_id")[metric]
     values = RunStore(root / "train").per_query()
     values = values[values["metric"] == metric].pivot(

@@ -68,7 +68,7 @@ def prf(
         raise RuntimeError(f"{result.path}: the run made no selection")
     summary, per_query = found
     baseline = summary["baseline"]
-    metrics = list(config.evaluation.metrics)
+    metrics = [m.name for m in config.evaluation.metrics]
     chosen, best_prf = [], []
     ok = trials[(trials["status"] == "ok") & (trials["trial_id"] != baseline)]
     report = RunSpec(config, limit, root, config.evaluation.report_on)

@@ -148,7 +148,7 @@ def scifact_reproduce(
     config = load_config(REPRODUCE, [*overrides, *([] if full else [bm25_only()])])
     done = run_config(config, runs / ("scifact-reproduce" if full else "scifact-bm25"), limit, root)
     trials = done["result"].trials
-    metrics = list(config.evaluation.metrics)
+    metrics = [m.name for m in config.evaluation.metrics]
     systems: dict[str, dict[str, Any]] = {}
     for _, row in trials.iterrows():
         entry = {"label": row["label"], "status": row["status"]}

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from ragbench.errors import ConfigError
-from ragbench.experiment.config import expand, find_baseline, load_config
+from ragbench.evaluate.metric_table import Metric, parse_metric
+from ragbench.experiment.config import EvaluationSpec, expand, find_baseline, load_config
 
 BASE = {"name": "t", "dataset": {"path": "demo"}}
 
@@ -44,6 +45,23 @@ def test_design_example_expands_and_drops_unused_stages() -> None:
     # prefix-sharing order: all trials of one chunker are consecutive
     chunkers = [t["chunker"].key() for t in trials]
     assert chunkers == sorted(chunkers, key=chunkers.index)
+
+
+def test_metrics_are_parsed_once_when_the_config_is_validated() -> None:
+    config = load_config(
+        _config(
+            {"retriever": [{"kind": "bm25"}]},
+            evaluation={"metrics": ["NDCG@10", "p@5", "ndcg@10"]},
+            search={"strategy": "tpe", "n": 1, "objective": "precision@5"},
+        )
+    )
+    metrics = config.evaluation.metrics
+    assert metrics == (parse_metric("ndcg@10"), parse_metric("precision@5"))
+    assert all(isinstance(m, Metric) for m in metrics) and config.objective() is metrics[1]
+    dumped = config.model_dump(mode="json")["evaluation"]["metrics"]
+    assert dumped == ["ndcg@10", "precision@5"]  # written by name, as results files hold them
+    assert EvaluationSpec.model_validate({"metrics": metrics}).metrics == metrics
+    assert [m.name for m in EvaluationSpec().metrics] == ["ndcg@10", "recall@100", "mrr@10"]
 
 
 def test_sequence_options_nested_axes_kind_lists_and_dedup() -> None:

@@ -16,12 +16,12 @@ import pytest
 import pytrec_eval
 import yaml
 
-import ragbench.experiment.trial as trial_module
 from ragbench.cli import main
 from ragbench.data.trec import read_qrels, read_run, write_qrels, write_run
 from ragbench.data.validate import validate_dataset
 from ragbench.errors import DataError
 from ragbench.experiment.config import expand, load_config
+from ragbench.experiment.evaluation import Evaluation
 from ragbench.experiment.runner import RunResult, run
 from ragbench.experiment.store import RunStore
 from ragbench.experiment.trial import chunk_depth
@@ -227,7 +227,7 @@ def test_when_every_trial_fails_the_run_says_so_skips_the_report_and_exits_1(
     def fail(*args: object) -> None:
         raise RuntimeError("no scores today")
 
-    monkeypatch.setattr(trial_module, "_evaluate", fail)
+    monkeypatch.setattr(Evaluation, "evaluate", fail)
     monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
     path = _run_yaml(tmp_path, require(DEMO), retriever=[{"kind": "bm25", "k1": [0.9, 1.2]}])
     out = tmp_path / "run"

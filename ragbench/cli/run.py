@@ -16,6 +16,7 @@ from ragbench.errors import ConfigError, DataError
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ragbench.evaluate.metric_table import Metric
     from ragbench.experiment.config import ExperimentConfig
 
 # the options `run` hands to ``ragbench.experiment.runner.run`` as they are
@@ -104,16 +105,16 @@ def _print_dry_run(planned: pd.DataFrame) -> int:
     return 0
 
 
-def _check_select(metric: str, metrics: Sequence[str]) -> None:
+def _check_select(metric: str, metrics: Sequence[Metric]) -> None:
     """``ConfigError`` before a run unless ``--select`` names one of its later metrics."""
-    from ragbench.evaluate.metrics import parse_metric
+    from ragbench.evaluate.metric_table import parse_metric
 
-    later = [str(m) for m in metrics[1:]]
+    later = [m.name for m in metrics[1:]]
     try:
         wanted = parse_metric(metric).name
     except ConfigError as exc:
         raise ConfigError(f"--select: {exc}") from None
-    if wanted not in {parse_metric(m).name for m in later}:
+    if wanted not in later:
         raise ConfigError(
             f"--select {metric!r}: expected a metric of the config's evaluation.metrics after "
             f"the first ({', '.join(later) or 'there is none'})"

@@ -27,15 +27,15 @@ import numpy as np
 
 from ragbench.data.labeled import LabeledSet, Qrels
 from ragbench.errors import ConfigError
-from ragbench.evaluate.metrics import (
+from ragbench.evaluate.metric_table import (
     Metric,
     MetricSpec,
     _ranking_metrics,
     _ratio,
-    evaluate,
     parse_metrics,
     register_metric,
 )
+from ragbench.evaluate.metrics import evaluate
 from ragbench.protocols import TokenCounter
 from ragbench.text.chunk_table import ChunkTable, document_ranking, first_rows
 from ragbench.text.tokenize import token_counter

@@ -17,14 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal, TypedDict, Unpack, get_args
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 from scipy import stats
 
+from ragbench.evaluate.metric_table import Metric
+
 __all__ = [
+    "CompareOptions",
     "Correction",
     "PairedTest",
     "Test",
@@ -151,7 +154,7 @@ def win_tie_loss(
 def compare(
     per_query: pd.DataFrame,
     baseline: str,
-    metric: str,
+    metric: str | Metric,
     test: Test = "permutation",
     correction: Correction = "holm",
     alpha: float = 0.05,
@@ -173,7 +176,7 @@ def compare(
     _check_option(correction, Correction, "correction")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
-    table = _paired_table(per_query, baseline, metric)
+    table = _paired_table(per_query, baseline, str(metric))
     values = table.to_numpy(dtype=np.float64)
     diffs = values[:, 1:] - values[:, :1]
     ci_low, ci_high = _bootstrap_columns(values, confidence, n_resamples, seed)
@@ -199,28 +202,32 @@ def compare(
     return pd.DataFrame(rows, index=pd.Index(table.columns, name="trial_id"))[_ROW_COLUMNS]
 
 
+class CompareOptions(TypedDict, total=False):
+    """``compare``'s options after the metric, as ``compare_all`` passes them on."""
+
+    test: Test
+    correction: Correction
+    alpha: float
+    confidence: float
+    n_resamples: int
+    seed: int
+
+
 def compare_all(
     per_query: pd.DataFrame,
     baseline: str,
-    metrics: Sequence[str],
-    test: Test = "permutation",
-    correction: Correction = "holm",
-    alpha: float = 0.05,
-    confidence: float = 0.95,
-    n_resamples: int = 10_000,
-    seed: int = 0,
+    metrics: Sequence[str | Metric],
+    **options: Unpack[CompareOptions],
 ) -> pd.DataFrame:
-    """``compare`` for each metric, stacked under a ``(metric, trial_id)`` MultiIndex.
+    """``compare`` (with ``options``) for each metric, stacked under a ``(metric, trial_id)``
+    MultiIndex.
 
     The correction is applied within each metric, across its trials.
     """
     if isinstance(metrics, str) or not metrics:
         raise ValueError(f"metrics must be a non-empty list of metric names, got {metrics!r}")
-    frames = [
-        compare(per_query, baseline, m, test, correction, alpha, confidence, n_resamples, seed)
-        for m in metrics
-    ]
-    return pd.concat(frames, keys=list(metrics), names=["metric", "trial_id"])
+    frames = [compare(per_query, baseline, m, **options) for m in metrics]
+    return pd.concat(frames, keys=[str(m) for m in metrics], names=["metric", "trial_id"])
 
 
 def _check_option(value: str, options: object, name: str) -> None:

@@ -24,20 +24,23 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
     Field,
+    PlainSerializer,
+    PlainValidator,
     ValidationError,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 
 from ragbench.errors import ConfigError
 from ragbench.evaluate.answers import needs
-from ragbench.evaluate.metrics import MAX_CUTOFF, parse_metrics
+from ragbench.evaluate.metric_table import MAX_CUTOFF, Metric, parse_metric, parse_metrics
 from ragbench.llm.client import LLMConfig, Price
 from ragbench.registry import (
     Axis,
@@ -73,6 +76,15 @@ class DatasetSpec(ConfigModel):
     queries: str | None = None
 
 
+MetricField = Annotated[
+    Metric,
+    PlainValidator(parse_metric),
+    PlainSerializer(str, return_type=str),
+    WithJsonSchema({"type": "string"}),
+]
+"""A metric in a config: parsed once when the config is validated, written as its name."""
+
+
 class EvaluationSpec(ConfigModel):
     """How rankings are scored.
 
@@ -91,7 +103,9 @@ class EvaluationSpec(ConfigModel):
     """
 
     level: Literal["document", "chunk", "span"] = "document"
-    metrics: tuple[str, ...] = ("ndcg@10", "recall@100", "mrr@10")
+    metrics: tuple[MetricField, ...] = Field(
+        ("ndcg@10", "recall@100", "mrr@10"), validate_default=True
+    )
     depth: int = Field(100, gt=0, le=MAX_CUTOFF)
     chunk_depth: int | None = Field(None, gt=0, le=MAX_CUTOFF)
     relevance_level: int = Field(1, ge=1)
@@ -117,13 +131,16 @@ class EvaluationSpec(ConfigModel):
         """Whether the run ends with an honest selection (two splits or k folds)."""
         return self.report_on is not None or self.folds is not None
 
-    @field_validator("metrics")
+    @field_validator("metrics", mode="before")
     @classmethod
-    def _known_metrics(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+    def _known_metrics(cls, value: Any) -> Any:
+        """The metrics parsed, repeats dropped; errors name the string and the allowed forms."""
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            return value  # pydantic's own error: a list is expected
         if not value:
             raise ValueError("at least one metric is needed")
         try:
-            return tuple(m.name for m in parse_metrics(value))
+            return tuple(parse_metrics(value))
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
 
@@ -186,6 +203,18 @@ class ExperimentConfig(ConfigModel):
         if path.exists() or "/" in self.dataset.path:
             return str(path)
         return self.dataset.path
+
+    def objective(self) -> Metric:
+        """The metric TPE optimises: ``search.objective`` (a metric name) or the first of
+        ``evaluation.metrics``; a ``ConfigError`` unless it is one of them."""
+        metrics = {m.name: m for m in self.evaluation.metrics}
+        objective = self.search.objective or self.evaluation.metrics[0].name
+        if objective not in metrics:
+            raise ConfigError(
+                f"search.objective: {objective!r} is not one of evaluation.metrics "
+                f"({', '.join(metrics)})"
+            )
+        return metrics[objective]
 
     def queries_path(self) -> str | None:
         """The separate queries file resolved against the config file's folder, if any."""
@@ -573,12 +602,7 @@ def expand(config: ExperimentConfig) -> list[Trial]:
     if search.strategy in {"random", "tpe"} and search.n is None:
         raise ConfigError(f"search.n: required for strategy {search.strategy!r}")
     if search.strategy == "tpe":
-        objective = search.objective or config.evaluation.metrics[0]
-        if objective not in config.evaluation.metrics:
-            raise ConfigError(
-                f"search.objective: {objective!r} is not one of evaluation.metrics "
-                f"({', '.join(config.evaluation.metrics)})"
-            )
+        config.objective()  # a ConfigError unless it names one of evaluation.metrics
     if search.strategy == "random" and search.n is not None and search.n < len(trials):
         picked = sorted(random.Random(search.seed).sample(range(len(trials)), search.n))
         trials = [trials[i] for i in picked]
@@ -590,7 +614,7 @@ def expand(config: ExperimentConfig) -> list[Trial]:
 
 def _check_answer_metrics(config: ExperimentConfig, trials: Sequence[Trial]) -> None:
     """Answer metrics need answers from every trial, and LLM metrics a judge."""
-    for metric in parse_metrics(config.evaluation.metrics):
+    for metric in config.evaluation.metrics:
         if metric.level != "answer":
             continue
         wanted = needs(metric)

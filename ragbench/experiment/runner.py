@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import cached_property
@@ -34,14 +34,15 @@ from ragbench import progress as progress_display
 from ragbench import telemetry
 from ragbench.endpoints import describe_endpoints
 from ragbench.errors import ConfigError, DataError
-from ragbench.evaluate.metrics import best_first, best_index, parse_metrics
+from ragbench.evaluate.metrics import best_first, best_index
 from ragbench.experiment.config import ExperimentConfig, Trial, expand, load_config, trial_of
 from ragbench.experiment.estimate import estimate
+from ragbench.experiment.evaluation import EXCERPT
 from ragbench.experiment.executors import execute
 from ragbench.experiment.selection import select
 from ragbench.experiment.store import RUN_TABLES, RunStore, TrialResult
 from ragbench.experiment.tpe import tpe_trials
-from ragbench.experiment.trial import EXCERPT, Context, RunSpec, context
+from ragbench.experiment.trial import Context, RunSpec, context
 from ragbench.index.cache import writable_cache_root
 from ragbench.models import check_models
 from ragbench.registry import redundancy
@@ -180,11 +181,6 @@ def _check_limit(limit_queries: int | None) -> None:
         )
 
 
-def _curve_families(config: ExperimentConfig) -> set[str]:
-    """The metric families a finished trial has curves of (those with a cutoff)."""
-    return {m.family for m in parse_metrics(config.evaluation.metrics) if m.k is not None}
-
-
 def run(
     config: str | Path | Mapping[str, Any] | ExperimentConfig,
     out: str | Path | None = None,
@@ -225,71 +221,97 @@ def run(
         ctx = context(spec)
         trials = expand(cfg)
         check_models((t.configs for t in trials), cfg.sweep)
-        manifest: dict[str, Any] = {
-            "config": cfg.model_dump(mode="json", exclude={"base_dir"}),
-            "dataset": {
-                "path": cfg.dataset_path(),
-                "queries": cfg.queries_path(),
-                "name": ctx.labeled.name,
-                "split": ctx.labeled.split,
-                "documents": len(ctx.labeled.documents),
-            },
-            "dataset_fingerprint": ctx.labeled.fingerprint,
-            "queries": {
-                "count": len(ctx.query_ids),
-                "limit": limit_queries,
-                "key": ctx.queries_key,
-            },
-            "evaluation": cfg.evaluation.model_dump(mode="json"),
-            "metrics": ctx.metrics,
-            "skipped_metrics": ctx.skipped,
-            "trials": {t.id: t.label for t in trials},
-            "cache_root": spec.cache_root,
-            "versions": _versions(),
-            "git_commit": _git_commit(),
-            "started": datetime.now(UTC).isoformat(timespec="seconds"),
-        }
-        if store.exists() and not overwrite:
-            if not resume:
-                raise ConfigError(
-                    f"{store.path} already holds a run: pass --resume to continue it or "
-                    "--overwrite to start again"
-                )
-            _compatible(store.manifest(), manifest, store.path)
-        elif store.exists():
-            for name in (*RUN_TABLES, "selection.json"):
-                (store.path / name).unlink(missing_ok=True)
-        store.write_manifest(manifest)
-        store.write_queries(_queries_frame(ctx))
-        if resume:
-            for why in store.repair(ctx.query_ids, cfg.evaluation.metrics, _curve_families(cfg)):
-                log.warning("resume: %s", why)
+        manifest = _manifest(spec, ctx, trials)
+        _open_store(store, manifest, ctx, resume=resume, overwrite=overwrite)
         done = store.finished_ids() if resume else set()
         if cfg.search.strategy == "tpe":
             total = min(cfg.search.n or len(trials), len(trials))
             results = tpe_trials(cfg, trials, store, lambda ts: execute(spec, ts, "serial"))
         else:
             total = len(trials)
-            results = execute(
-                spec, [t for t in trials if t.id not in done], executor, workers, scheduler
-            )
+            todo = [t for t in trials if t.id not in done]
+            results = execute(spec, todo, executor, workers, scheduler)
         started = time.perf_counter()
-        bar = tqdm(
-            total=total, initial=len(done), desc="trials", unit="trial", disable=not progress
-        )
-        with progress_display.listen(_Postfix(bar)):
-            for result in results:
-                store.commit(result, ctx.query_ids)
-                bar.update(1)
-                if on_trial is not None:
-                    on_trial(result)
-        bar.close()
+        _commit(store, results, ctx.query_ids, total, len(done), progress, on_trial)
         if cfg.evaluation.selects:
             manifest["selection"] = select(spec, trials, store)
         manifest["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
         manifest["seconds"] = time.perf_counter() - started
         store.write_manifest(manifest)
         return RunResult(store.path)
+
+
+def _manifest(spec: RunSpec, ctx: Context, trials: Sequence[Trial]) -> dict[str, Any]:
+    """The run's ``manifest.json`` as it starts: config, dataset, queries, evaluation, the
+    metrics evaluated (and skipped), trials, versions."""
+    cfg, labeled, evaluation = spec.config, ctx.labeled, ctx.evaluation
+    return {
+        "config": cfg.model_dump(mode="json", exclude={"base_dir"}),
+        "dataset": {
+            "path": cfg.dataset_path(),
+            "queries": cfg.queries_path(),
+            "name": labeled.name,
+            "split": labeled.split,
+            "documents": len(labeled.documents),
+        },
+        "dataset_fingerprint": labeled.fingerprint,
+        "queries": {
+            "count": len(ctx.query_ids),
+            "limit": spec.limit_queries,
+            "key": ctx.queries_key,
+        },
+        "evaluation": cfg.evaluation.model_dump(mode="json"),
+        "metrics": [m.name for m in evaluation.metrics],
+        "skipped_metrics": evaluation.skipped,
+        "trials": {t.id: t.label for t in trials},
+        "cache_root": spec.cache_root,
+        "versions": _versions(),
+        "git_commit": _git_commit(),
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _open_store(
+    store: RunStore, manifest: dict[str, Any], ctx: Context, *, resume: bool, overwrite: bool
+) -> None:
+    """Start the run directory afresh, or check that a resume continues the same run and drop
+    the finished trials that lost a file; then write the manifest and the queries."""
+    if store.exists() and not overwrite:
+        if not resume:
+            raise ConfigError(
+                f"{store.path} already holds a run: pass --resume to continue it or "
+                "--overwrite to start again"
+            )
+        _compatible(store.manifest(), manifest, store.path)
+    elif store.exists():
+        for name in (*RUN_TABLES, "selection.json"):
+            (store.path / name).unlink(missing_ok=True)
+    store.write_manifest(manifest)
+    store.write_queries(_queries_frame(ctx))
+    if resume:
+        metrics = [m.name for m in ctx.evaluation.settings.metrics]  # skipped ones too
+        for why in store.repair(ctx.query_ids, metrics, ctx.evaluation.curves):
+            log.warning("resume: %s", why)
+
+
+def _commit(
+    store: RunStore,
+    results: Iterable[TrialResult],
+    query_ids: Sequence[str],
+    total: int,
+    done: int,
+    progress: bool,
+    on_trial: Callable[[TrialResult], None] | None,
+) -> None:
+    """Commit each trial's result to the run directory as it arrives, under the trial bar."""
+    bar = tqdm(total=total, initial=done, desc="trials", unit="trial", disable=not progress)
+    with progress_display.listen(_Postfix(bar)):
+        for result in results:
+            store.commit(result, query_ids)
+            bar.update(1)
+            if on_trial is not None:
+                on_trial(result)
+    bar.close()
 
 
 class _Postfix:

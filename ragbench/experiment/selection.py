@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ragbench.evaluate.metrics import best_indices
+from ragbench.evaluate.metric_table import Metric, best_indices
 from ragbench.experiment.config import Trial, find_baseline
 from ragbench.experiment.store import RunStore
 from ragbench.experiment.trial import RunSpec, context, run_trial
@@ -38,10 +38,10 @@ from ragbench.experiment.trial import RunSpec, context, run_trial
 __all__ = ["select"]
 
 
-def _best(trials: pd.DataFrame, metric: str) -> list[str]:
+def _best(trials: pd.DataFrame, metric: Metric) -> list[str]:
     """The finished trials tied for best on ``metric``, in run order."""
     ok = trials[trials["status"] == "ok"]
-    return [str(t) for t in best_indices(ok.set_index("trial_id")[metric], metric)]
+    return [str(t) for t in best_indices(ok.set_index("trial_id")[metric.name], metric)]
 
 
 def _long(trial_id: str, query_ids: Sequence[str], values: dict[str, np.ndarray]) -> pd.DataFrame:
@@ -65,7 +65,7 @@ def _splits(spec: RunSpec, trials: Sequence[Trial], store: RunStore) -> tuple[di
     config = spec.config
     table = store.trials()
     by_id = {t.id: t for t in trials}
-    tied = {m: _best(table, m) for m in context(spec).metrics}
+    tied = {m.name: _best(table, m) for m in context(spec).evaluation.metrics}
     baseline = find_baseline(trials, config.baseline).id if config.baseline else None
     report_spec = RunSpec(config, spec.limit_queries, spec.cache_root, config.evaluation.report_on)
     query_ids = context(report_spec).query_ids
@@ -105,7 +105,7 @@ def _splits(spec: RunSpec, trials: Sequence[Trial], store: RunStore) -> tuple[di
 
 
 def _fold_metric(
-    values: pd.DataFrame, in_fold: np.ndarray, k: int, metric: str
+    values: pd.DataFrame, in_fold: np.ndarray, k: int, metric: Metric
 ) -> tuple[list[list[str]], np.ndarray]:
     """Per fold the trials tied for best on the other folds, and each query's held-out score:
     the value of its fold's pick, the mean over the tied trials when the pick ties."""
@@ -142,16 +142,16 @@ def _folds(spec: RunSpec, trials: Sequence[Trial], store: RunStore) -> tuple[dic
         "chosen": {},
     }
     frames = []
-    for metric in context(spec).metrics:
+    for metric in context(spec).evaluation.metrics:
         values = (
-            per_query[per_query["metric"] == metric]
+            per_query[per_query["metric"] == metric.name]
             .pivot(index="query_id", columns="trial_id", values="value")
             .loc[query_ids]
         )
         in_fold = np.array([fold_of[q] for q in values.index])
         picks, held_out = _fold_metric(values, in_fold, k, metric)
         in_sample = [str(t) for t in best_indices(values.mean(), metric)]
-        summary["chosen"][metric] = {
+        summary["chosen"][metric.name] = {
             "per_fold": [p[0] for p in picks],
             "labels": [labels[p[0]] for p in picks],
             "per_fold_tied": picks,
@@ -160,7 +160,7 @@ def _folds(spec: RunSpec, trials: Sequence[Trial], store: RunStore) -> tuple[dic
             "best_in_sample_tied": in_sample,
             "baseline": float(values[baseline].mean()) if baseline else None,
         }
-        frames.append(_long("cv", list(values.index), {metric: held_out}))
+        frames.append(_long("cv", list(values.index), {metric.name: held_out}))
     return summary, pd.concat(frames, ignore_index=True)
 
 

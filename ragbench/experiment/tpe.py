@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from ragbench.evaluate.metrics import higher_is_better
 from ragbench.experiment.config import ExperimentConfig, Trial
 from ragbench.experiment.store import RunStore, TrialResult
 from ragbench.registry import axes
@@ -94,15 +93,15 @@ def tpe_trials(
     import optuna
 
     logging.getLogger("optuna").setLevel(logging.WARNING)
-    objective = config.search.objective or config.evaluation.metrics[0]
+    objective = config.objective()
     known: dict[str, float] = {}
     finished = store.trials()
-    if not finished.empty and objective in finished.columns:
+    if not finished.empty and objective.name in finished.columns:
         ok = finished[finished["status"] == "ok"]
-        known = dict(zip(ok["trial_id"], ok[objective].astype(float), strict=True))
+        known = dict(zip(ok["trial_id"], ok[objective.name].astype(float), strict=True))
     space = _space(grid)
     study = optuna.create_study(
-        direction="maximize" if higher_is_better(objective) else "minimize",
+        direction="maximize" if objective.higher_is_better else "minimize",
         sampler=optuna.samplers.TPESampler(seed=config.search.seed),
     )
     n = config.search.n or len(grid)
@@ -115,7 +114,9 @@ def tpe_trials(
             for result in run([trial]):
                 yield result
                 done = result.status == "ok"
-                known[trial.id] = float(np.mean(result.per_query[objective])) if done else math.nan
+                known[trial.id] = (
+                    float(np.mean(result.per_query[objective.name])) if done else math.nan
+                )
         value = known[trial.id]
         if not math.isnan(value):
             study.tell(asked, value)

@@ -1,10 +1,11 @@
-"""The trial engine: compile one trial to its stage plan, run it through the stage cache, and
-evaluate its ranking.
+"""The trial engine: compile one trial to its stage plan, run it through the stage cache, hand
+its outputs to its evaluation, and time it.
 
 ``run_trial`` is what executors ship to workers. Everything trials of one run share within a
-process — the labeled set, the query texts, the stage cache, loaded models — lives in a
-:class:`Context`, built once per process and keyed by the run spec *and* the data on disk, so a
-changed corpus is never evaluated against a stale context.
+process — the labeled set, the query texts, the stage cache, loaded models, and the trials'
+``Evaluation`` (``ragbench.experiment.evaluation``: settings, parsed metrics, queries) — lives
+in a :class:`Context`, built once per process and keyed by the run spec *and* the data on disk,
+so a changed corpus is never evaluated against a stale context.
 """
 
 from __future__ import annotations
@@ -16,40 +17,31 @@ import os
 import resource
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from ragbench import progress, telemetry
 from ragbench.data import load_dataset
 from ragbench.data.catalog import resolve_dataset
 from ragbench.data.labeled import LabeledSet
 from ragbench.errors import ConfigError, DataError
-from ragbench.evaluate.answers import AnswerSample, evaluate_answers, needs
-from ragbench.evaluate.labels import evaluate_chunks
-from ragbench.evaluate.metrics import parse_metrics, relevant_query_ids
-from ragbench.experiment.config import ExperimentConfig, Trial
+from ragbench.evaluate.metrics import relevant_query_ids
+from ragbench.experiment.config import EvaluationSpec, ExperimentConfig, LatencySpec, Trial
+from ragbench.experiment.evaluation import Evaluation
 from ragbench.experiment.latency import FORMAT, LatencyReport, Shared, machine, measure
 from ragbench.experiment.store import TrialResult
 from ragbench.index.cache import StageCache, default_cache_root
 from ragbench.llm.cache import LLMCache
-from ragbench.llm.client import LLMClient, Price
-from ragbench.protocols import Embedder
-from ragbench.registry import components
-from ragbench.retrieve.artifacts import Answers, ChunkSet, QueryUsage
+from ragbench.llm.client import Price
+from ragbench.retrieve.artifacts import QueryUsage
 from ragbench.retrieve.graph import Env, Execution, Plan, compile_plan, stage_key
-from ragbench.text.chunk_table import ChunkTable, document_ranking
-from ragbench.types import Ranking
 
 __all__ = ["Context", "RunSpec", "chunk_depth", "compile_trial", "context", "run_trial"]
 
 log = logging.getLogger(__name__)
-
-_TOP_CHUNKS = 5
-EXCERPT = 600
 
 
 @dataclass(frozen=True)
@@ -92,7 +84,9 @@ def _files_signature(path_or_name: str) -> str:
 
 
 class Context:
-    """What all trials of a run share within one process: data, queries, caches, models."""
+    """What all trials of a run share within one process: the data and its evaluated queries,
+    the stage cache, the models (``env``), the latency sample and measurements, and the
+    trials' ``evaluation`` (what scoring a trial needs, handed whole to it)."""
 
     def __init__(self, spec: RunSpec) -> None:
         config = spec.config
@@ -103,31 +97,13 @@ class Context:
             split=spec.split or config.sweep_split,
             queries=config.queries_path(),
         )
-        ids = set(relevant_query_ids(self.labeled.qrels, config.evaluation.relevance_level))
-        needs_spans = config.evaluation.level in {"chunk", "span"} or any(
-            m.is_span for m in parse_metrics(config.evaluation.metrics)
-        )
-        if needs_spans:
-            if not self.labeled.has_spans:
-                raise ConfigError(
-                    f"evaluation: level {config.evaluation.level!r} / span metrics need span "
-                    f"evidence, and dataset {config.dataset.path!r} has none"
-                )
-            spanless = ids - set(self.labeled.evidence)
-            if spanless:
-                log.warning(
-                    "%d judged queries without span evidence are left out: level %r / span "
-                    "metrics score only queries with evidence",
-                    len(spanless),
-                    config.evaluation.level,
-                )
-            ids -= spanless
-        queries = [q for q in self.labeled.queries if q.id in ids][: spec.limit_queries]
+        queries = _evaluated_queries(self.labeled, config.evaluation, config.dataset.path)
+        queries = queries[: spec.limit_queries]
         if not queries:
             raise ConfigError(f"dataset {config.dataset.path!r}: no judged query to evaluate")
-        self.query_ids = [q.id for q in queries]
-        self.query_texts = [q.text for q in queries]
-        self.queries_key = stage_key("queries", *(f"{q.id}\x1f{q.text}" for q in queries))
+        self.query_ids = [q for q, _ in queries]
+        self.query_texts = [text for _, text in queries]
+        self.queries_key = stage_key("queries", *(f"{q}\x1f{text}" for q, text in queries))
         root = Path(spec.cache_root or default_cache_root())
         self.cache = StageCache(root)
         self.env = Env(
@@ -137,34 +113,41 @@ class Context:
             llm_cache=LLMCache(root),
         )
         order = np.random.default_rng(config.latency.seed).permutation(len(queries))
-        sample = sorted(order[: config.latency.queries])
-        self.latency_sample = [(queries[i].id, queries[i].text) for i in sample]
+        self.latency_sample = [queries[i] for i in sorted(order[: config.latency.queries])]
         self.remeasured: set[tuple[str, str]] = set()
         self.latency_shared: dict[str | None, Shared] = {}
         """Stage measurements of the latency pass shared by trials, per remeasure token."""
-        self.skipped = _skipped(config.evaluation.metrics, self.labeled)
-        self.metrics = [m for m in config.evaluation.metrics if m not in self.skipped]
-        answer = {m.name for m in parse_metrics(self.metrics) if m.level == "answer"}
-        self.answer_metrics = [m for m in self.metrics if m in answer]
-        self.ranking_metrics = [m for m in self.metrics if m not in answer]
-
-    def judges(self) -> tuple[LLMClient | None, Embedder | None]:
-        """The LLM and the embedder answer metrics call (None where the config has none and
-        no metric needs one)."""
-        evaluation = self.spec.config.evaluation
-        llm = self.env.llm(evaluation.llm, "evaluation.llm") if evaluation.llm else None
-        wanted = {n for m in parse_metrics(self.answer_metrics) for n in needs(m)}
-        spec = evaluation.embedder
-        if spec is None and "embeddings" in wanted:
-            spec = components("embedder").parse({"kind": "sentence-transformers"})
-        embedder = self.env.embedder(spec) if spec is not None else None
-        return llm, embedder
+        self.evaluation = Evaluation.of(config.evaluation, self.labeled, queries)
 
     def plan(self, trial: Trial) -> Plan:
         """The trial's stage plan over this context's corpus and queries."""
         return compile_trial(
             trial, self.spec.config, self.labeled.corpus_fingerprint, self.queries_key
         )
+
+
+def _evaluated_queries(
+    labeled: LabeledSet, evaluation: EvaluationSpec, dataset: str
+) -> list[tuple[str, str]]:
+    """The (id, text) of the queries ``evaluation`` scores: those with a relevant judgement,
+    and with span evidence when its level or a metric needs spans."""
+    ids = set(relevant_query_ids(labeled.qrels, evaluation.relevance_level))
+    if evaluation.level in {"chunk", "span"} or any(m.is_span for m in evaluation.metrics):
+        if not labeled.has_spans:
+            raise ConfigError(
+                f"evaluation: level {evaluation.level!r} / span metrics need span "
+                f"evidence, and dataset {dataset!r} has none"
+            )
+        spanless = ids - set(labeled.evidence)
+        if spanless:
+            log.warning(
+                "%d judged queries without span evidence are left out: level %r / span "
+                "metrics score only queries with evidence",
+                len(spanless),
+                evaluation.level,
+            )
+        ids -= spanless
+    return [(q.id, q.text) for q in labeled.queries if q.id in ids]
 
 
 _CONTEXTS: dict[str, Context] = {}
@@ -179,15 +162,6 @@ def context(spec: RunSpec) -> Context:
             _CONTEXTS.pop(next(iter(_CONTEXTS)))
         _CONTEXTS[digest] = Context(spec)
     return _CONTEXTS[digest]
-
-
-def _skipped(metrics: Sequence[str], labeled: LabeledSet) -> dict[str, str]:
-    """Answer metrics the set cannot score, with why (they are skipped with a note)."""
-    found = {}
-    for metric in parse_metrics(metrics):
-        if metric.level == "answer" and "reference" in needs(metric) and not labeled.has_answers:
-            found[metric.name] = f"dataset {labeled.name!r} has no reference answers"
-    return found
 
 
 def chunk_depth(config: ExperimentConfig, trial: Trial) -> int:
@@ -230,38 +204,37 @@ def run_trial(spec: RunSpec, trial: Trial) -> TrialResult:
 
 
 def _run_trial(spec: RunSpec, trial: Trial) -> TrialResult:
+    """Compile, execute and evaluate one trial, then its costs and its latency pass; a failure
+    is recorded on the result."""
     started = time.perf_counter()
     result = TrialResult(trial.id, trial.label, trial.params(), trial.effective())
     try:
         ctx = context(spec)
         hits, misses = ctx.cache.hits, ctx.cache.misses
+        plan = ctx.plan(trial)
         requests = sum(c.usage.requests for c in ctx.env.clients())
-        execution = Execution(ctx.plan(trial), ctx.env, ctx.cache)
+        execution = Execution(plan, ctx.env, ctx.cache)
         ranking = execution.output
         result.index_build_s = execution.build_seconds()
-        chunks = execution[execution.plan.chunks]
-        answers = execution[execution.plan.answers] if execution.plan.answers else None
-        with telemetry.span("evaluate", metrics=len(ctx.metrics), queries=len(ctx.query_ids)):
-            _evaluate(ctx, ranking, chunks.table, result)
-            _evaluate_answers(ctx, ranking, chunks, answers, result)
-        result.usage = _costs(execution.usage(), spec.config.prices)
-        result.counters = execution.counters()
-        result.traces = execution.traces()
+        chunks = execution[plan.chunks]
+        answers = execution[plan.answers] if plan.answers else None
+        usage, result.counters, result.traces = (
+            execution.usage(),
+            execution.counters(),
+            execution.traces(),
+        )
+        evaluation = ctx.evaluation
+        llm, embedder = evaluation.judges
+        judges = (
+            ctx.env.llm(llm, "evaluation.llm") if llm else None,
+            ctx.env.embedder(embedder) if embedder is not None else None,
+        )
+        queries = len(evaluation.query_ids)
+        with telemetry.span("evaluate", metrics=len(evaluation.metrics), queries=queries):
+            evaluation.evaluate(result, ranking, chunks, answers, judges)
         result.llm_requests = sum(c.usage.requests for c in ctx.env.clients()) - requests
-        report = _latency(ctx, execution, spec.remeasure)
-        if report is not None:
-            result.latency = {s: np.asarray(v) for s, v in report.stages.items()}
-            result.latency_info = {
-                "cpu_ms": np.asarray(report.cpu) * 1000.0,
-                "queries": len(report.query_ids),
-                "repeats": report.repeats,
-                "threads": report.threads,
-                "contention": report.contention,
-                "interrupted": report.interrupted,
-                "waited": report.waited,
-                "measured_at": report.measured_at,
-                "machine": report.machine,
-            }
+        result.usage = _costs(usage, spec.config.prices)
+        _record_latency(result, _latency(ctx, execution, spec.config.latency, spec.remeasure))
         result.cache_hits = ctx.cache.hits - hits
         result.cache_misses = ctx.cache.misses - misses
     except Exception as exc:  # a failing trial is recorded, the sweep goes on
@@ -273,10 +246,30 @@ def _run_trial(spec: RunSpec, trial: Trial) -> TrialResult:
     return result
 
 
-def _latency(ctx: Context, execution: Execution, remeasure: str | None) -> LatencyReport | None:
-    """The trial's latency pass (``ragbench.experiment.latency``), cached by the stages it
-    times, the query sample, the settings and the machine; measured again when the run asks."""
-    settings = ctx.spec.config.latency
+def _record_latency(result: TrialResult, report: LatencyReport | None) -> None:
+    """The latency pass's seconds per stage and its circumstances on ``result``."""
+    if report is None:
+        return
+    result.latency = {s: np.asarray(v) for s, v in report.stages.items()}
+    result.latency_info = {
+        "cpu_ms": np.asarray(report.cpu) * 1000.0,
+        "queries": len(report.query_ids),
+        "repeats": report.repeats,
+        "threads": report.threads,
+        "contention": report.contention,
+        "interrupted": report.interrupted,
+        "waited": report.waited,
+        "measured_at": report.measured_at,
+        "machine": report.machine,
+    }
+
+
+def _latency(
+    ctx: Context, execution: Execution, settings: LatencySpec, remeasure: str | None
+) -> LatencyReport | None:
+    """The trial's latency pass (``ragbench.experiment.latency``) over ``ctx``'s latency
+    sample, cached by the stages it times, the sample, the settings and the machine; measured
+    again when the run asks (``remeasure``)."""
     if settings.queries == 0 or not ctx.latency_sample:
         return None
     plan = execution.plan
@@ -326,114 +319,6 @@ def _load_latency(path: Path) -> LatencyReport:
     return LatencyReport.from_dict(json.loads((path / "latency.json").read_text("utf-8")))
 
 
-def _evaluate(ctx: Context, ranking: Ranking, table: ChunkTable, result: TrialResult) -> None:
-    evaluation = ctx.spec.config.evaluation
-    result.per_query = _score(ctx, ranking, table, ctx.ranking_metrics)
-    result.curves = _curves(ctx, ranking, table)
-    if evaluation.level == "document":
-        result.ranking = document_ranking(ranking, table).head(evaluation.depth)
-    else:
-        result.ranking = ranking.head(evaluation.depth)
-    result.top = _top_chunks(ctx, ranking, table)
-
-
-def _score(
-    ctx: Context, ranking: Ranking, table: ChunkTable, metrics: Sequence[str]
-) -> dict[str, np.ndarray]:
-    """Per-query values of ``metrics`` with the run's evaluation settings."""
-    evaluation = ctx.spec.config.evaluation
-    return evaluate_chunks(
-        ranking,
-        ctx.query_ids,
-        table,
-        ctx.labeled,
-        metrics,
-        level=evaluation.level,
-        relevance_level=evaluation.relevance_level,
-        min_overlap=evaluation.min_overlap,
-        depth=evaluation.depth,
-    )
-
-
-_SPAN_CURVE_DEPTH = 20  # span metrics walk intervals per query: their curves stop here
-
-
-def _curves(ctx: Context, ranking: Ranking, table: ChunkTable) -> dict[str, np.ndarray]:
-    """Mean of each evaluated metric family at every cutoff k = 1..depth (metric@k curves)."""
-    evaluation = ctx.spec.config.evaluation
-    families = {}
-    for metric in parse_metrics(ctx.ranking_metrics):
-        if metric.k is not None:
-            depth = evaluation.depth if not metric.is_span else _SPAN_CURVE_DEPTH
-            families[metric.family] = min(depth, evaluation.depth)
-    if not families:
-        return {}
-    names = [f"{family}@{k}" for family, depth in families.items() for k in range(1, depth + 1)]
-    values = _score(ctx, ranking, table, names)
-    return {
-        family: np.array([values[f"{family}@{k}"].mean() for k in range(1, depth + 1)])
-        for family, depth in families.items()
-    }
-
-
-def _evaluate_answers(
-    ctx: Context,
-    ranking: Ranking,
-    chunks: ChunkSet,
-    answers: Answers | None,
-    result: TrialResult,
-) -> None:
-    """The trial's answers (when it has a generator) and its answer-level metrics."""
-    if answers is not None:
-        result.answers = pd.DataFrame(
-            {
-                "query_id": ctx.query_ids,
-                "answer": answers.texts,
-                "chunk_ids": [json.dumps(ids) for ids in answers.used],
-                "seconds": answers.seconds,
-            }
-        )
-    if not ctx.answer_metrics:
-        return
-    k = ctx.spec.config.evaluation.context_k
-    by_id = chunks.by_id
-    samples = []
-    for row, (qid, question) in enumerate(zip(ctx.query_ids, ctx.query_texts, strict=True)):
-        if answers is not None:
-            used = [by_id[c] for c in answers.used[row]]
-        else:
-            used = [by_id[c] for c, _ in ranking.row(row)[:k]]
-        references, reference_ids = _references(ctx, qid)
-        samples.append(
-            AnswerSample(
-                query_id=qid,
-                question=question,
-                answer=answers.texts[row] if answers is not None else None,
-                contexts=[c.text for c in used],
-                context_ids=[c.doc_id for c in used],
-                reference=ctx.labeled.answers.get(qid),
-                reference_contexts=references,
-                reference_ids=reference_ids,
-            )
-        )
-    llm, embedder = ctx.judges()
-    result.per_query |= evaluate_answers(samples, ctx.answer_metrics, llm=llm, embeddings=embedder)
-
-
-def _references(ctx: Context, query_id: str) -> tuple[list[str], list[str]]:
-    """A query's evidence texts (span level, else its relevant documents' texts) and its
-    relevant document ids."""
-    labeled = ctx.labeled
-    level = ctx.spec.config.evaluation.relevance_level
-    relevant = [d for d, g in labeled.qrels.get(query_id, {}).items() if g >= level]
-    spans = labeled.evidence.get(query_id, [])
-    if spans:
-        texts = [labeled.doc_index[e.doc_id].text[e.start : e.end] for e in spans]
-    else:
-        texts = [labeled.doc_index[d].text for d in relevant if d in labeled.doc_index]
-    return texts, relevant
-
-
 def _costs(
     usage: Mapping[str, QueryUsage], prices: Mapping[str, Price]
 ) -> dict[str, dict[str, np.ndarray]]:
@@ -450,25 +335,3 @@ def _costs(
         )
         found[stage] = {"prompt_tokens": prompt, "completion_tokens": completion, "cost": cost}
     return found
-
-
-def _top_chunks(ctx: Context, ranking: Ranking, table: ChunkTable) -> pd.DataFrame:
-    """The first chunks of every query with text excerpts, for drill-downs in reports."""
-    head = ranking.head(_TOP_CHUNKS)
-    ids = np.asarray(head.ids, dtype=object)
-    rows = table.rows(ids)
-    query, column = np.nonzero(rows >= 0)  # query by query, best first
-    found = rows[query, column]
-    texts = table.texts[found] if table.texts is not None else np.full(len(found), "")
-    return pd.DataFrame(
-        {
-            "query_id": np.asarray(ctx.query_ids, dtype=object)[query],
-            "rank": column + 1,
-            "chunk_id": ids[query, column],
-            "doc_id": table.doc_ids[found],
-            "start": table.starts[found],
-            "end": table.ends[found],
-            "score": np.asarray(head.scores, dtype=np.float64)[query, column],
-            "text": [str(t)[:EXCERPT] for t in texts],
-        }
-    )

@@ -568,10 +568,9 @@ def run_agreement(
             wanted = parse_metric(metric).name
         except ConfigError as exc:
             raise ConfigError(f"--metric {metric!r}: {exc}") from None
-        if wanted not in cfg.evaluation.metrics:
-            raise ConfigError(
-                f"--metric {metric!r}: the config evaluates {', '.join(cfg.evaluation.metrics)}"
-            )
+        evaluated = [m.name for m in cfg.evaluation.metrics]
+        if wanted not in evaluated:
+            raise ConfigError(f"--metric {metric!r}: the config evaluates {', '.join(evaluated)}")
     for dataset in (real, synthetic):  # before the first sweep: a bad second set fails now
         dataset_format(resolve_dataset(dataset), None)
     root = Path(out) if out is not None else Path("runs") / f"agreement-{cfg.name}"
@@ -589,7 +588,7 @@ def run_agreement(
     return agreement(
         root / "real",
         root / "synthetic",
-        metric or cfg.evaluation.metrics[0],
+        metric or cfg.evaluation.metrics[0].name,
         n_resamples=n_resamples,
         seed=seed,
     )

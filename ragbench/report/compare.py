@@ -48,18 +48,19 @@ def compare_runs(
     evaluated_by = {d: RunStore(d).metrics() for d in manifests}
     metric = metric or next(iter(evaluated_by.values()))[0]
     evaluated = {m for metrics in evaluated_by.values() for m in metrics}
+    try:  # parsed once: another spelling of an evaluated metric (NDCG@10, p@5) is the same
+        parsed = parse_metric(metric)
+    except ConfigError as exc:
+        raise ConfigError(f"--metric {metric!r}: {exc}") from None
     if metric not in evaluated:
-        try:  # another spelling of an evaluated metric (NDCG@10, p@5)
-            metric = parse_metric(metric).name
-        except ConfigError as exc:
-            raise ConfigError(f"--metric {metric!r}: {exc}") from None
+        metric = parsed.name
     if metric not in evaluated:
         raise ConfigError(
             f"--metric {metric!r}: no run evaluated it; they evaluated "
             f"{', '.join(sorted(evaluated))}"
         )
     warnings = _differences(manifests)
-    family = parse_metric(metric).family
+    family = parsed.family
     cutoffs = {
         run: sorted(
             m for m in man["config"]["evaluation"]["metrics"] if parse_metric(m).family == family

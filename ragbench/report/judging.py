@@ -47,8 +47,8 @@ from ragbench.data.problems import ProblemLog, jsonl_records
 from ragbench.data.spans import JudgedQuery, check_splits, read_queries
 from ragbench.data.trec import read_run
 from ragbench.errors import ConfigError, DataError, RagbenchError
+from ragbench.experiment.evaluation import EXCERPT
 from ragbench.experiment.store import RunStore
-from ragbench.experiment.trial import EXCERPT
 
 __all__ = [
     "GRADES",
