@@ -510,6 +510,10 @@ class RAGPipeline:
         (folder / "pipeline.json").write_text(json.dumps(config, indent=2), "utf-8")
         docs = {d: {"hash": h, "chunks": ids} for d, (h, ids) in self._docs.items()}
         (folder / "documents.json").write_text(json.dumps(docs), "utf-8")
+        corpus = self._live.documents()
+        if corpus is not None:
+            rows = [[d.id, d.text, d.metadata] for d in corpus]
+            (folder / "corpus.json").write_text(json.dumps(rows), "utf-8")
         values = self._live.live_values()
         for stage in live_stages(self.plan(1)):
             if values.get(stage.name) is not None:

@@ -257,3 +257,19 @@ def test_a_pipeline_keeps_its_answers_within_an_assembled_budget() -> None:
     used = sum(len(encoding.encode(h.chunk.text)) for h in hits)
     assert 0 < used <= budget < sum(len(encoding.encode(s)) for s in SENTENCES)
     assert len(hits) < 5
+
+
+def test_a_saved_window_pipeline_reopens_with_its_windows(tmp_path: Path) -> None:
+    pipeline = _window_pipeline({"kind": "window", "sentences": 1})
+    pipeline.index([Document("log.md", " ".join(SENTENCES), {"team": "ops"})])
+    pipeline.save(tmp_path / "col")
+    reopened = RAGPipeline.open(tmp_path / "col")
+    hit = reopened.retrieve("retention closed segments", 1)[0]
+    assert hit.chunk.id == "log.md:chunk-1#window"
+    assert hit.chunk.text == " ".join(SENTENCES[:3])  # the window needs the saved documents
+    assert (
+        reopened.index(
+            [Document("log.md", " ".join(SENTENCES), {"team": "ops"})]
+        ).documents_unchanged
+        == 1
+    )

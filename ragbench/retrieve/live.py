@@ -68,6 +68,10 @@ class LiveExecution(Execution):
             return list(self._documents.values())
         return super().__getitem__(name)
 
+    def documents(self) -> list[Document] | None:
+        """The corpus so far when a derived stage reads it (a collection saves it), else None."""
+        return None if self._documents is None else list(self._documents.values())
+
     def live_values(self) -> dict[str, Any]:
         """The values of the live stages held now (by stage; a dropped batch value is None)."""
         return {
