@@ -115,6 +115,9 @@ def test_lower_is_better_metrics_rank_the_lowest_first() -> None:
         unregister_metric("wait_rank")
     assert found.best("real") == ["a"] and found.best("synthetic") == ["b"]
     assert found.tau == pytest.approx(-1.0) and found.discordant == 1
+    # the pick b is 3.0 on real where the real best a is 1.0: 2.0 worse, with the direction
+    # read when the metric was parsed (it is no longer registered here)
+    assert found.regret == pytest.approx(-2.0)
 
 
 def test_a_set_on_which_every_trial_ties_has_no_correlation() -> None:

@@ -92,6 +92,8 @@ class Agreement:
     top: int = 3
     tau_ci: tuple[float, float] | None = None
     confidence: Mapping[str, PickConfidence] = field(default_factory=dict)
+    higher_is_better: bool = True
+    """The metric's direction, read once when the metric was parsed."""
 
     def best(self, labels: str) -> list[str]:
         """The trials ranked first on ``labels`` (``real`` or ``synthetic``): one, or all
@@ -115,7 +117,7 @@ class Agreement:
             self._mean("real", self.best("synthetic")),
             self._mean("real", self.best("real")),
         )
-        return picked - best if parse_metric(self.metric).higher_is_better else best - picked
+        return picked - best if self.higher_is_better else best - picked
 
     def _mean(self, labels: str, trials: list[str]) -> float:
         """The mean of the values of ``trials`` on ``labels``."""
@@ -296,7 +298,7 @@ def compare_rankings(
         raise ValueError("real and synthetic must hold one value per trial, of the same trials")
     if len(real) < 2:
         raise DataError(f"{metric}: {len(real)} trial(s) to compare; agreement needs two or more")
-    ascending = not parse_metric(metric).higher_is_better
+    higher = parse_metric(metric).higher_is_better
     frame = pd.DataFrame(
         {
             "label": labels.reindex(real.index) if labels is not None else real.index.to_series(),
@@ -305,7 +307,7 @@ def compare_rankings(
         }
     )
     for name in SETS:
-        frame[f"{name}_rank"] = frame[name].rank(method="min", ascending=ascending).astype(int)
+        frame[f"{name}_rank"] = frame[name].rank(method="min", ascending=not higher).astype(int)
     frame["change"] = frame["synthetic_rank"] - frame["real_rank"]
     frame = frame.sort_values(["real_rank", "synthetic_rank"], kind="stable")
     frame.index.name = "trial_id"
@@ -326,6 +328,7 @@ def compare_rankings(
         tied=tied,
         swaps=swapped,
         top=top,
+        higher_is_better=higher,
     )
     return found if per_query is None else _resampled(found, per_query, n_resamples, seed)
 
