@@ -45,18 +45,21 @@ def _is_number(cell: str) -> bool:
 def tiny_results(tmp_path_factory: pytest.TempPathFactory) -> str:
     """``python -m benchmarks --tiny`` into a temporary file, with its own stage cache."""
     tmp = tmp_path_factory.mktemp("bench")
-    out = tmp / "RESULTS.md"
-    env = {**os.environ, "RAGBENCH_CACHE": str(tmp / "cache")}
+    _tiny(tmp / "RESULTS.md", tmp / "cache", timeout=600)
+    return (tmp / "RESULTS.md").read_text(encoding="utf-8")
+
+
+def _tiny(out: Path, cache: Path, *args: str, timeout: int) -> None:
+    """``python -m benchmarks --tiny [args] --out out`` with ``cache`` as its stage cache."""
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--tiny", "--out", str(out)],
+        [sys.executable, "-m", "benchmarks", "--tiny", *args, "--out", str(out)],
         cwd=REPO,
-        env=env,
+        env={**os.environ, "RAGBENCH_CACHE": str(cache)},
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return out.read_text(encoding="utf-8")
 
 
 @TINY_GROUP
@@ -117,16 +120,7 @@ def test_only_draws_its_sections_again_and_keeps_the_others_verbatim(
 
     out = tmp_path / "RESULTS.md"
     out.write_text(tiny_results, encoding="utf-8")
-    env = {**os.environ, "RAGBENCH_CACHE": str(tmp_path / "cache")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--tiny", "--only", "engine", "--out", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _tiny(out, tmp_path / "cache", "--only", "engine", timeout=300)
     before = {b[0]: b for b in results._blocks(tiny_results)}
     after = {b[0]: b for b in results._blocks(out.read_text(encoding="utf-8"))}
     assert list(before) == list(after)
