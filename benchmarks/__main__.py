@@ -8,7 +8,8 @@
   embedding throughput.
 * ``--full`` adds the whole scifact-reproduce.yaml (MiniLM exact and hnsw), chunking.yaml,
   experiments/scifact-tuned.yaml when it exists, pseudo-relevance feedback on SciFact
-  (scifact-prf.yaml), sentence windows on the chunking evaluation (chunking-window.yaml), and
+  (scifact-prf.yaml), fine-tuning inside the sweep (scifact-finetune.yaml: models trained
+  once, cached), sentence windows on the chunking evaluation (chunking-window.yaml), and
   the cross-encoder path and latency; they read the stage cache, so reruns cost minutes. It
   also runs the scale curve (exact, hnsw and BM25 at 10k, 100k and 1M synthetic chunks, about
   an hour) and the Dask executor against serial.
@@ -139,6 +140,18 @@ def prf(s: Settings) -> dict[str, Any]:
     _need(bench_quality.SCIFACT)
     overrides = s.overrides(bench_prf.CONFIG, s.scifact())
     return bench_prf.prf(s.runs, s.cache, overrides, s.limit)
+
+
+def finetune(s: Settings) -> dict[str, Any]:
+    """scifact-finetune.yaml: models fine-tuned inside the sweep, a trained cross-encoder
+    (``--full``)."""
+    from benchmarks import bench_finetune
+
+    _need(bench_quality.SCIFACT)
+    overrides = s.overrides(bench_finetune.CONFIG, s.scifact())
+    if s.tiny:
+        overrides += bench_finetune.tiny_overrides()
+    return bench_finetune.finetune(s.runs, s.cache, overrides, s.limit)
 
 
 def window(s: Settings) -> dict[str, Any]:
@@ -335,6 +348,7 @@ SECTIONS: list[tuple[str, Callable[[Settings], dict[str, Any]]]] = [
     ("chunking", chunking),
     ("tuned", tuned),
     ("prf", prf),
+    ("finetune", finetune),
     ("window", window),
     ("metrics", metrics),
     ("retrieval", retrieval),
@@ -353,7 +367,7 @@ SECTIONS: list[tuple[str, Callable[[Settings], dict[str, Any]]]] = [
 
 
 FULL_ONLY = {  # sections that run with --full (and --tiny) only
-    *("chunking", "tuned", "prf", "window", "rerank", "onnx", "latency", "estimate"),
+    *("chunking", "tuned", "prf", "finetune", "window", "rerank", "onnx", "latency", "estimate"),
     *("agreement", "wall", "scale", "dask"),
 }
 

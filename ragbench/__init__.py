@@ -33,6 +33,7 @@ _EXPORTS = {
     "evaluate": "ragbench.evaluate.metrics",
     "evaluate_run": "ragbench.evaluate.metrics",
     "Report": "ragbench.report.report",
+    "FinetuneConfig": "ragbench.index.finetune",
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -42,9 +42,10 @@ from ragbench.data.labeled import corpus_fingerprint
 from ragbench.data.spans import is_spans, whole_documents
 from ragbench.endpoints import describe_endpoints
 from ragbench.errors import ConfigError, DataError
-from ragbench.experiment.config import Trial, trial_of
+from ragbench.experiment.config import Trial, load_config, trial_of
 from ragbench.experiment.runner import find_trial
 from ragbench.experiment.store import RunStore, write_failure
+from ragbench.experiment.trial import RunSpec, context
 from ragbench.index.cache import StageCache, default_cache_root
 from ragbench.llm.cache import LLMCache
 from ragbench.protocols import Embedder
@@ -228,6 +229,20 @@ class RetrievalTool:
         return system_notice(tag) + "\n\n" + "\n\n".join(blocks)
 
 
+def _trained_models(manifest: Mapping[str, Any], trial: Trial, cache: StageCache) -> dict:
+    """The models a run's trial fine-tuned (its ``models`` stages, by name), read from the
+    run's stage cache through the run's own plan: a deployed trial runs the models it was
+    scored with, whatever corpus it indexes."""
+    if not any(getattr(c, "finetune", None) for c in trial.configs.values()):
+        return {}
+    config = dict(manifest["config"])
+    config["dataset"] = {**config["dataset"], "path": manifest["dataset"]["path"]}
+    ctx = context(RunSpec(load_config(config), cache_root=str(cache.root)))
+    plan = ctx.plan(trial)
+    execution = Execution(plan, ctx.env, cache)
+    return {s.name: execution[s.name] for s in plan.stages.values() if s.area == "models"}
+
+
 class RAGPipeline:
     """A trial's stages over a changing corpus: index, update, delete, search, retrieve.
 
@@ -290,7 +305,8 @@ class RAGPipeline:
         env = dataclasses.replace(pipeline.env, corpus=documents)
         env.embeddings = cache.embeddings
         sources = {"corpus": corpus_fingerprint(documents)}
-        built = Execution(compile_plan(trial.configs, 1, sources), env, cache)
+        models = _trained_models(manifest, trial, cache)
+        built = Execution(compile_plan(trial.configs, 1, sources), env, cache, models)
         live = {s.name: built[s.name] for s in live_stages(pipeline.plan(1))}
         pipeline._live = LiveExecution(pipeline.plan(1), pipeline.env, live, documents)
         by_doc = pipeline._live.chunk_ids()
@@ -333,9 +349,15 @@ class RAGPipeline:
 
     @property
     def embedder(self) -> Embedder | None:
-        """The trial's embedder (None for a BM25-only pipeline)."""
+        """The trial's embedder (None for a BM25-only pipeline), running its trained model
+        when it is fine-tuned."""
         config = self.trial.get("embedder")
-        return None if config is None else self.env.embedder(config)
+        if config is None:
+            return None
+        stages = self.plan(1).stages.values()
+        trained = [s.name for s in stages if s.area == "models" and s.config == config]
+        model = self._live[trained[0]] if trained else None
+        return self.env.embedder(config, model=model)
 
     @property
     def chunks(self) -> dict[str, Chunk]:

@@ -30,15 +30,20 @@ class Activity:
     total: int = 0
     unit: str = ""
     started: float = 0.0
+    base: int = 0
+    note: str = ""
 
     def line(self) -> str:
-        """One line: ``trial · stage · embedding 1,200/5,000 texts, 2:10 left``."""
+        """One line: ``trial · stage · embedding 1,200/5,000 texts, 2:10 left`` (a step's
+        note, such as a training loss, after its count; the time left from the items done
+        since the step started, ``base`` being those done before)."""
         text = " · ".join(self.what)
         if self.total:
             text += f" {self.done:,}/{self.total:,} {self.unit}"
+            text += f" ({self.note})" if self.note else ""
             elapsed = time.perf_counter() - self.started
-            if self.done and elapsed > 1:
-                left = elapsed * (self.total - self.done) / self.done
+            if self.done > self.base and elapsed > 1:
+                left = elapsed * (self.total - self.done) / (self.done - self.base)
                 text += f", {int(left // 60)}:{int(left % 60):02d} left"
         return text
 
@@ -88,26 +93,29 @@ def doing(what: str, *, whole: bool = False) -> Iterator[None]:
             _muted -= whole
             if _now.what and _now.what[-1] == what:
                 _now.what.pop()
-            _now.total = _now.done = 0
+            _now.total = _now.done = _now.base = 0
+            _now.note = ""
             _tell()
 
 
 @contextmanager
-def counting(what: str, total: int, unit: str) -> Iterator[Callable[[int], None]]:
-    """A step of ``total`` items named ``what`` for the block; call the yielded function with
-    the items each part finished."""
+def counting(what: str, total: int, unit: str, done: int = 0) -> Iterator[Callable[..., None]]:
+    """A step of ``total`` items named ``what`` for the block, ``done`` of them before it
+    started (a resumed run); call the yielded function with the items each part finished, and
+    optionally a note to show beside the count."""
     if _muted:
-        yield lambda items: None
+        yield lambda items, note="": None
         return
     with doing(what):
         with _lock:
-            _now.total, _now.done, _now.unit = total, 0, unit
+            _now.total, _now.done, _now.base, _now.unit, _now.note = total, done, done, unit, ""
             _now.started = time.perf_counter()
             _tell()
 
-        def advance(items: int) -> None:
+        def advance(items: int, note: str = "") -> None:
             with _lock:
                 _now.done = min(_now.total, _now.done + items)
+                _now.note = note or _now.note
                 _tell()
 
         yield advance

@@ -19,6 +19,7 @@ from ragbench.cli.chunk import CHUNK
 from ragbench.cli.collection import COMMANDS as COLLECTION_COMMANDS
 from ragbench.cli.datasets import DATASETS
 from ragbench.cli.evaluate import EVAL
+from ragbench.cli.finetune import FINETUNE
 from ragbench.cli.optimize import OPTIMIZE
 from ragbench.cli.reports import COMPARE, EXPORT, REPORT
 from ragbench.cli.run import RUN
@@ -38,6 +39,7 @@ _COMMANDS = (
     COMPARE,
     CACHE,
     OPTIMIZE,
+    FINETUNE,
     EXPORT,
 )
 

@@ -62,6 +62,7 @@ __all__ = [
     "Trial",
     "expand",
     "load_config",
+    "trains_on_select",
 ]
 
 
@@ -191,6 +192,28 @@ class ExperimentConfig(ConfigModel):
             raise ValueError(f"@{unknown[0]}: unknown axis; allowed: {', '.join(names)}")
         return {k: v if isinstance(v, list) else [v] for k, v in value.items()}
 
+    @model_validator(mode="after")
+    def _no_training_on_reported(self) -> ExperimentConfig:
+        """A model fine-tuned on ``pairs: select`` trains on the selection split: the run
+        must report on another split (``evaluation.report_on``)."""
+        if not trains_on_select(self):
+            return self
+        evaluation = self.evaluation
+        if evaluation.folds is not None:
+            raise ValueError(
+                "@evaluation.folds: finetune.pairs: select would train one model per fold; "
+                "use evaluation.select_on and report_on (two splits), or pairs: generated"
+            )
+        trained = evaluation.select_on or self.dataset.split
+        if evaluation.report_on is None:
+            where = "evaluation.select_on" if evaluation.select_on else "dataset.split"
+            raise ValueError(
+                f"@evaluation.report_on: finetune.pairs: select trains on split {trained!r} "
+                f"({where}) and the run would report on split {trained!r} too; set "
+                "evaluation.select_on to the training split and report_on to another"
+            )
+        return self
+
     @property
     def sweep_split(self) -> str:
         """The split the sweep runs on: ``evaluation.select_on``, else ``dataset.split``."""
@@ -221,6 +244,23 @@ class ExperimentConfig(ConfigModel):
         if self.dataset.queries is None:
             return None
         return str(self.base_dir / Path(self.dataset.queries).expanduser())
+
+
+def trains_on_select(config: ExperimentConfig) -> bool:
+    """Whether a component of the sweep is fine-tuned on the selection split's pairs."""
+
+    def found(value: Any) -> bool:
+        if isinstance(value, Mapping):
+            tuning = value.get("finetune")
+            choices = tuning if isinstance(tuning, list) else [tuning]
+            for choice in choices:
+                pairs = choice.get("pairs") if isinstance(choice, Mapping) else None
+                if pairs == "select" or (isinstance(pairs, list) and "select" in pairs):
+                    return True
+            return any(found(v) for v in value.values())
+        return isinstance(value, list) and any(found(v) for v in value)
+
+    return found(config.sweep)
 
 
 _STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")

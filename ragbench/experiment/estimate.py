@@ -27,6 +27,7 @@ import numpy as np
 from ragbench.experiment.config import Trial
 from ragbench.experiment.trial import Context
 from ragbench.index.cache import EmbeddingCache
+from ragbench.index.finetune import FinetuneConfig, Tunable
 from ragbench.llm.client import LLMOptions
 from ragbench.registry import ComponentConfig, components
 from ragbench.retrieve.graph import Execution, Stage
@@ -79,6 +80,7 @@ class _Meter:
         """The embedder's load time and seconds per text, measured on those of ``texts`` it
         has not embedded yet (their vectors stay in the embedding cache), else on the
         queries."""
+        config = _base(config)
         key = config.key()
         if key not in self.models:
             started = time.perf_counter()
@@ -185,6 +187,9 @@ def _stage(
         cost.seconds += model.seconds(len(todo))
         cost.work.append(f"embed {len(todo):,} of {len(texts):,} chunks")
         return 0.0
+    if stage.area == "models" and isinstance(config, Tunable) and config.finetune is not None:
+        _training(config, config.finetune, ctx, meter, cost)
+        return 0.0
     if stage.area == "query_vectors" and config is not None:
         model = meter.embedder(config)
         cost.seconds += model.seconds(len(queries))
@@ -247,14 +252,43 @@ def _index_build(
     if stage.area == "dense_index":
         embedder = execution.plan.stages[stage.inputs[0]].config
         assert embedder is not None  # the dense index's input is its document vectors
-        dimension, what = ctx.env.embedder(embedder).dimension, f"{config.kind} dense"
+        dimension, what = ctx.env.embedder(_base(embedder)).dimension, f"{config.kind} dense"
     cost.seconds += meter.build(stage, [c.text for c in chunks], dimension)
     article = "an" if what[0] in "aeiou" else "a"
     cost.work.append(f"build {article} {what} index of {len(chunks):,} chunks")
 
 
+def _base(config: ComponentConfig) -> ComponentConfig:
+    """The component whose model runs as fast as ``config``'s: its base model when it is
+    fine-tuned (trained or not), else itself."""
+    if isinstance(config, Tunable) and config.finetune is not None:
+        return config.model_copy(update={"finetune": None})
+    return config
+
+
+def _training(
+    config: Tunable, tuning: FinetuneConfig, ctx: Context, meter: _Meter, cost: Cost
+) -> None:
+    """Add a fine-tuning stage's work and seconds to ``cost``: its steps, each about three
+    times (forward and backward) the inference time of the texts in its batch."""
+    if tuning.pairs == "select" and ctx.env.train is not None:
+        pairs = len(ctx.env.train(tuning.width))
+    else:
+        pairs = tuning.queries
+    steps = tuning.epochs * max(1, pairs // tuning.batch_size)
+    texts = steps * tuning.batch_size * (2 + tuning.n_negatives)
+    if isinstance(config, ComponentConfig) and config.family == "bi-encoder":
+        cost.seconds += 3 * meter.embedder(config).seconds(texts)
+        cost.work.append(f"fine-tune {config.model} ({steps:,} steps)")
+    else:
+        cost.work.append(f"train a cross-encoder from {config.model} ({steps:,} steps, not timed)")
+
+
 def _missing(ctx: Context, config: ComponentConfig, texts: Sequence[str]) -> list[str]:
-    """The distinct ``texts`` the embedder of ``config`` has not embedded yet."""
+    """The distinct ``texts`` the embedder of ``config`` has not embedded yet (all of them
+    when it is fine-tuned and the model is not trained yet)."""
+    if _base(config) is not config:
+        return list(dict.fromkeys(texts))
     identity = ctx.env.embedder(config).identity
     keys = EmbeddingCache.text_keys(texts)
     found = ctx.cache.embeddings.lookup(identity, "document", keys)

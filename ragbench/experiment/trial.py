@@ -19,6 +19,7 @@ import time
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +28,16 @@ from ragbench import progress, telemetry
 from ragbench.data import load_dataset
 from ragbench.data.catalog import resolve_dataset
 from ragbench.data.labeled import LabeledSet
+from ragbench.data.pairs import split_pairs
 from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.metrics import relevant_query_ids
-from ragbench.experiment.config import EvaluationSpec, ExperimentConfig, LatencySpec, Trial
+from ragbench.experiment.config import (
+    EvaluationSpec,
+    ExperimentConfig,
+    LatencySpec,
+    Trial,
+    trains_on_select,
+)
 from ragbench.experiment.evaluation import Evaluation
 from ragbench.experiment.latency import FORMAT, LatencyReport, Shared, machine, measure
 from ragbench.experiment.store import TrialResult
@@ -37,9 +45,9 @@ from ragbench.index.cache import StageCache, default_cache_root
 from ragbench.llm.cache import LLMCache
 from ragbench.llm.client import Price
 from ragbench.retrieve.artifacts import QueryUsage
-from ragbench.retrieve.graph import Env, Execution, Plan, compile_plan, stage_key
+from ragbench.retrieve.graph import Env, Execution, Pairs, Plan, compile_plan, stage_key
 
-__all__ = ["Context", "RunSpec", "chunk_depth", "compile_trial", "context", "run_trial"]
+__all__ = ["Context", "RunSpec", "chunk_depth", "context", "run_trial"]
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +114,14 @@ class Context:
         self.queries_key = stage_key("queries", *(f"{q}\x1f{text}" for q, text in queries))
         root = Path(spec.cache_root or default_cache_root())
         self.cache = StageCache(root)
+        train, self.train_key = self._training_split(spec)
         self.env = Env(
             corpus=self.labeled.documents,
             queries=self.query_texts,
             embeddings=self.cache.embeddings,
             llm_cache=LLMCache(root),
+            train=train,
+            work=root / "training",
         )
         order = np.random.default_rng(config.latency.seed).permutation(len(queries))
         self.latency_sample = [queries[i] for i in sorted(order[: config.latency.queries])]
@@ -121,9 +132,39 @@ class Context:
 
     def plan(self, trial: Trial) -> Plan:
         """The trial's stage plan over this context's corpus and queries."""
-        return compile_trial(
-            trial, self.spec.config, self.labeled.corpus_fingerprint, self.queries_key
-        )
+        sources = {
+            "corpus": self.labeled.corpus_fingerprint,
+            "queries": self.queries_key,
+            "train": self.train_key,
+        }
+        return compile_plan(trial.configs, chunk_depth(self.spec.config, trial), sources)
+
+    def _training_split(self, spec: RunSpec) -> tuple[Pairs | None, str]:
+        """The pairs of the selection split that models fine-tuned on ``pairs: select`` train
+        on, and their key; a ``DataError`` when one of its queries is evaluated here on
+        another split (the same query in both)."""
+        config = spec.config
+        split = config.evaluation.select_on
+        if split is None or not trains_on_select(config):
+            return None, "train"
+        labeled = self.labeled
+        if labeled.split != split:
+            labeled = load_dataset(
+                config.dataset_path(),
+                format=config.dataset.format,
+                split=split,
+                queries=config.queries_path(),
+            )
+            shared = {q.id for q in labeled.queries} & set(self.query_ids)
+            if shared:
+                raise DataError(
+                    f"dataset {config.dataset.path!r}: {len(shared)} queries of split "
+                    f"{labeled.split!r} (the fine-tuning pairs) are evaluated on split "
+                    f"{self.labeled.split!r} too, e.g. {sorted(shared)[0]!r}"
+                )
+        level = config.evaluation.relevance_level
+        key = stage_key("train", labeled.fingerprint, level)
+        return partial(split_pairs, labeled, relevance_level=level), key
 
 
 def _evaluated_queries(
@@ -172,14 +213,6 @@ def chunk_depth(config: ExperimentConfig, trial: Trial) -> int:
     whole = getattr(trial["chunker"], "whole_documents", False)
     chunked = evaluation.level == "document" and not whole
     return evaluation.depth * (3 if chunked else 1)
-
-
-def compile_trial(
-    trial: Trial, config: ExperimentConfig, corpus_key: str = "", queries_key: str = ""
-) -> Plan:
-    """The trial's plan, its final ranking ``chunk_depth`` hits deep."""
-    sources = {"corpus": corpus_key, "queries": queries_key}
-    return compile_plan(trial.configs, chunk_depth(config, trial), sources)
 
 
 # ---------------------------------------------------------------- one trial

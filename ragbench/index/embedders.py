@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import (
@@ -37,6 +37,7 @@ from pydantic import (
 from ragbench import progress
 from ragbench.errors import RagbenchError
 from ragbench.index import onnx as onnx_backend
+from ragbench.index.finetune import Family, Tunable
 from ragbench.llm.client import LLMClient, LLMError, LLMOptions
 from ragbench.models import DEFAULT_MODEL, hub_offline, model_identity, resolve_model
 from ragbench.protocols import Embedder, Role
@@ -83,13 +84,15 @@ class EmbedStats:
         return self.texts / self.seconds if self.seconds > 0 else 0.0
 
 
-class SentenceTransformerConfig(ComponentConfig):
+class SentenceTransformerConfig(Tunable, ComponentConfig):
     """A sentence-transformers bi-encoder: any local path or hub id.
 
     ``backend: onnx`` runs it with ONNX Runtime on the CPU (``ragbench.index.onnx``), and
-    ``quantize: int8`` with int8 weights there. ``backend`` and ``quantize`` are left out of the
-    serialised form at their defaults (torch, none), so cache keys and trial ids are those of a
-    config from before the options existed.
+    ``quantize: int8`` with int8 weights there. ``finetune`` adapts ``model`` to the corpus
+    first (``ragbench.index.finetune``; the stage graph trains it, the embedder runs the
+    result). ``backend``, ``quantize`` and ``finetune`` are left out of the serialised form at
+    their defaults (torch, none, none), so cache keys and trial ids are those of a config from
+    before the options existed.
     """
 
     kind: Literal["sentence-transformers"] = "sentence-transformers"
@@ -103,6 +106,7 @@ class SentenceTransformerConfig(ComponentConfig):
     device: str = "cpu"
     backend: Literal["torch", "onnx"] = "torch"
     quantize: Literal["none", "int8"] = "none"
+    family: ClassVar[Family] = "bi-encoder"
 
     @field_validator("backend")
     @classmethod

@@ -7,6 +7,7 @@ saved collection) stores each artifact in its own directory.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -16,6 +17,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
+from ragbench.index.finetune import TunedModel
 from ragbench.index.sparse import BM25Index
 from ragbench.protocols import DenseStore
 from ragbench.registry import ComponentConfig, components
@@ -26,6 +28,7 @@ __all__ = [
     "ANSWERS",
     "BM25_INDEX",
     "CHUNKS",
+    "MODEL",
     "QUERIES",
     "QUERY_VECTORS",
     "RANKING",
@@ -301,6 +304,14 @@ def _load_queries(path: Path) -> Queries:
 QUERIES = Codec(_save_queries, _load_queries)
 TEXTS = Codec(_save_texts, _load_texts)
 BM25_INDEX = Codec(lambda i, p: i.save(p / "index"), lambda p: BM25Index.load(p / "index"))
+
+
+def _save_model(model: TunedModel, path: Path) -> None:
+    shutil.copytree(model.path, path / "model")
+
+
+MODEL = Codec(_save_model, lambda p: TunedModel(p / "model"))
+"""A trained model directory, read in place from the cache."""
 
 
 def dense_index_codec(store: ComponentConfig) -> Codec:

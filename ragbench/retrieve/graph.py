@@ -30,12 +30,16 @@ import string
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from ragbench import progress, telemetry
-from ragbench.index.cache import CachedEmbedder, EmbeddingCache, StageCache
+from ragbench.data.pairs import TrainingPairs, generated_pairs
+from ragbench.errors import ConfigError
+from ragbench.index.cache import CachedEmbedder, EmbeddingCache, StageCache, default_cache_root
+from ragbench.index.finetune import Tunable, TunedModel, train
 from ragbench.index.sparse import BM25Config, BM25Index
 from ragbench.llm.cache import LLMCache
 from ragbench.llm.client import LLMClient, LLMOptions
@@ -71,7 +75,7 @@ __all__ = [
     "stage_key",
 ]
 
-SOURCES = ("corpus", "queries")
+SOURCES = ("corpus", "queries", "train")
 
 
 def stage_key(stage: str, *parts: str | int | float) -> str:
@@ -96,7 +100,7 @@ def component_key(config: ComponentConfig) -> str:
     return stage_key("component", config.key(), *(model_identity(m) for m in models))
 
 
-Update = Literal["append", "batch", "extend", "derive"]
+Update = Literal["append", "batch", "extend", "derive", "fixed"]
 """How a live index-time value follows a change of the corpus (``Stage.update``)."""
 
 
@@ -118,7 +122,9 @@ class Stage:
     * ``extend`` — ``extend(value, *inputs over the new documents)`` adds them in place
       (indexes), and ``value.delete(chunk ids)`` removes;
     * ``derive`` — recomputed from the live values when next read (a ``window``
-      postprocess's windows).
+      postprocess's windows);
+    * ``fixed`` — computed once, from the first documents when nothing gave it, and kept as
+      documents change (a fine-tuned model).
     """
 
     name: str
@@ -134,10 +140,16 @@ class Stage:
     update: Update = "derive"
 
 
+Pairs = Callable[[int], TrainingPairs]
+"""Training pairs of a labeled split, their passages at most the given characters wide."""
+
+
 @dataclass
 class Env:
-    """What a plan runs against: the corpus, the query texts, a metadata filter, and the
-    components (models) shared by every plan run with this env."""
+    """What a plan runs against: the corpus, the query texts, a metadata filter, the training
+    pairs of the selection split (``train``, for models fine-tuned on ``pairs: select``; the
+    ``work`` folder keeps their training checkpoints), and the components (models) shared by
+    every plan run with this env."""
 
     corpus: Sequence[Document] = ()
     queries: Sequence[str] = ()
@@ -145,7 +157,10 @@ class Env:
     warm_up: bool = True
     embeddings: EmbeddingCache | None = None
     llm_cache: LLMCache | None = None
+    train: Pairs | None = None
+    work: Path | None = None
     _components: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
+    _tuned: dict[str, TunedModel] = field(default_factory=dict, repr=False)
 
     def component(self, family: str, config: ComponentConfig) -> Any:
         """The component of ``config``, built once per env (models load once)."""
@@ -154,13 +169,31 @@ class Env:
             self._components[key] = components(family).build(config)
         return self._components[key]
 
-    def embedder(self, config: ComponentConfig, cached: bool = False) -> Embedder:
-        """The embedder of ``config``; with ``cached``, behind the env's per-text cache of
-        document vectors (queries always reach the model: their latency is measured)."""
-        embedder: Embedder = self.component("embedder", config)
+    def embedder(
+        self, config: ComponentConfig, cached: bool = False, model: TunedModel | None = None
+    ) -> Embedder:
+        """The embedder of ``config`` (running its trained ``model`` when it is fine-tuned;
+        see ``tuned``); with ``cached``, behind the env's per-text cache of document vectors
+        (queries always reach the model: their latency is measured)."""
+        embedder: Embedder = self.component("embedder", self.tuned(config, model))
         if cached and self.embeddings is not None:
             return CachedEmbedder(embedder, self.embeddings, roles=("document",))
         return embedder
+
+    def tuned(self, config: ComponentConfig, model: TunedModel | None = None) -> ComponentConfig:
+        """``config`` as it runs: a fine-tuned component with its trained ``model`` (a stage's
+        value, remembered for the env's later calls that have none at hand), any other as is."""
+        if not isinstance(config, Tunable) or config.finetune is None:
+            return config
+        if model is not None:
+            self._tuned[config.key()] = model
+        found = self._tuned.get(config.key())
+        if found is None:
+            raise ConfigError(
+                f"{config.label()}: its fine-tuned model is not trained in this run (a plan "
+                "trains it in its fine-tuning stage, before anything runs the model)"
+            )
+        return config.tuned(found.path)
 
     def llm(self, config: LLMOptions, where: str) -> LLMClient:
         """The client of ``config``, one per env, its calls cached in the env's LLM cache
@@ -176,8 +209,8 @@ class Env:
         return [c for c in self._components.values() if isinstance(c, LLMClient)]
 
     def source(self, name: str) -> Any:
-        """The value of a source: ``corpus`` or ``queries``."""
-        return self.corpus if name == "corpus" else self.queries
+        """The value of a source: ``corpus``, ``queries`` or ``train``."""
+        return {"corpus": self.corpus, "queries": self.queries, "train": self.train}[name]
 
 
 def check_template(
@@ -372,6 +405,49 @@ class PlanBuilder:
             update="append",
         )
 
+    def model(self, config: ComponentConfig) -> tuple[str, ...]:
+        """The stage that trains ``config``'s model when it is fine-tuned (``finetune``;
+        ``ragbench.index.finetune``), as the inputs of the stages that run the model: on the
+        selection split's pairs (source ``train``) or on pairs generated from the corpus."""
+        if not isinstance(config, Tunable) or config.finetune is None:
+            return ()
+        tuning, family = config.finetune, config.family
+        base = config.model_copy(update={"finetune": None})
+
+        def compute(env: Env, corpus: Sequence[Document], split: Pairs | None = None) -> Any:
+            if tuning.pairs == "generated":
+                pairs = generated_pairs(corpus, tuning.queries, tuning.seed, tuning.width)
+            elif split is None:
+                raise ConfigError(
+                    f"{config.label()}: finetune.pairs: select trains on the selection split "
+                    "(evaluation.select_on), and this run has none"
+                )
+            else:
+                pairs = split(tuning.width)
+            mining = tuning.negatives == "model" and family == "bi-encoder"
+            embed = env.embedder(base).embed if mining else None
+            work = (env.work or default_cache_root() / "training") / stage_key(
+                "training", component_key(base), tuning.model_dump_json(), pairs.key
+            )
+            return train(family, config.model, pairs, tuning, work, embed)
+
+        inputs = ("corpus", "train") if tuning.pairs == "select" else ("corpus",)
+        parts = (family, component_key(base), tuning.model_dump_json())
+        name = f"finetune:{family}"
+        return (
+            self.add(
+                name,
+                "models",
+                inputs,
+                parts,
+                compute,
+                artifacts.MODEL,
+                index=True,
+                config=config,
+                update="fixed",
+            ),
+        )
+
     def doc_vectors(
         self, embedder: ComponentConfig | None = None, chunker: ComponentConfig | None = None
     ) -> str:
@@ -379,11 +455,12 @@ class PlanBuilder:
         same model come from the embedding cache)."""
         embedder = embedder or self.config("embedder")
 
-        def compute(env: Env, chunks: ChunkSet) -> np.ndarray:
+        def compute(env: Env, chunks: ChunkSet, *model: TunedModel) -> np.ndarray:
             texts = [c.text for c in chunks.chunks]
-            return env.embedder(embedder, cached=True).embed(texts, "document")
+            tuned = model[0] if model else None
+            return env.embedder(embedder, cached=True, model=tuned).embed(texts, "document")
 
-        inputs = (self.chunks(chunker),)
+        inputs = (self.chunks(chunker), *self.model(embedder))
         parts = (component_key(embedder),)
         return self.add(
             "doc_vectors",
@@ -458,15 +535,15 @@ class PlanBuilder:
         stage or source ``queries`` — embedded in batches, each query's share of its batch timed."""
         embedder = embedder or self.config("embedder")
 
-        def compute(env: Env, queries: Sequence[str] | Queries) -> QueryVectors:
+        def compute(env: Env, queries: Sequence[str] | Queries, *model: TunedModel) -> QueryVectors:
             texts = query_texts(queries)
-            found = embed_queries(env.embedder(embedder), texts, env.warm_up, QUALITY_BATCH)
-            return QueryVectors(*found)
+            tuned = env.embedder(embedder, model=model[0] if model else None)
+            return QueryVectors(*embed_queries(tuned, texts, env.warm_up, QUALITY_BATCH))
 
         return self.add(
             "query_vectors",
             "query_vectors",
-            (queries or self.queries,),
+            (queries or self.queries, *self.model(embedder)),
             (component_key(embedder),),
             compute,
             artifacts.QUERY_VECTORS,

@@ -27,13 +27,14 @@ __all__ = ["Extended", "LiveExecution", "live_stages"]
 
 def live_stages(plan: Plan) -> list[Stage]:
     """The index-time stages a deployed ``plan`` keeps in memory and updates (chunk sets,
-    indexes, and document vectors a query-time stage reads); the others are recomputed from
-    these (``derive``) or needed only while documents are added (``batch``)."""
+    indexes, and document vectors a query-time stage reads) or keeps as they are (``fixed``:
+    trained models); the others are recomputed from these (``derive``) or needed only while
+    documents are added (``batch``)."""
     read = {i for s in plan.stages.values() if not s.index for i in s.inputs}
     return [
         s
         for s in plan.index_stages()
-        if s.update in ("append", "extend") or (s.update == "batch" and s.name in read)
+        if s.update in ("append", "extend", "fixed") or (s.update == "batch" and s.name in read)
     ]
 
 
@@ -109,6 +110,7 @@ class LiveExecution(Execution):
         batch = self._chunk(docs, done)
         stages = self.plan.index_stages()
         try:
+            batch |= self._fixed(docs)
             for stage in stages:
                 if stage.update == "batch" and any(stage.name in s.inputs for s in stages):
                     inputs = [batch[i] for i in stage.inputs]
@@ -176,6 +178,19 @@ class LiveExecution(Execution):
         for doc_id, found in fresh.items():
             done.chunks[doc_id] = {name: [c.id for c in chunks] for name, chunks in found.items()}
         return {s.name: ChunkSet([c for f in fresh.values() for c in f[s.name]]) for s in stages}
+
+    def _fixed(self, docs: Sequence[Document]) -> dict[str, Any]:
+        """The ``fixed`` values (trained models): those held, the others computed now over
+        the first documents given."""
+        found = {}
+        for stage in self.plan.index_stages():
+            if stage.update == "fixed":
+                if self._values.get(stage.name) is None:
+                    sources = {"corpus": list(docs)}
+                    inputs = [sources.get(i) or self[i] for i in stage.inputs]
+                    self._values[stage.name] = self._step(stage, stage.compute, self.env, *inputs)
+                found[stage.name] = self._values[stage.name]
+        return found
 
     def _step(self, stage: Stage, run: Callable[..., Any], *args: Any) -> Any:
         """``run(*args)``: one incremental step of ``stage``, under its span."""

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
@@ -28,6 +28,7 @@ from pydantic import Field
 
 from ragbench import progress
 from ragbench.errors import RagbenchError
+from ragbench.index.finetune import Family, Tunable
 from ragbench.llm.client import LLMClient, LLMError, LLMOptions
 from ragbench.models import hub_offline, resolve_model
 from ragbench.protocols import Embedder, Reranker
@@ -253,18 +254,31 @@ class NoReranker:
         return _with_depth(ranking, k)
 
 
-class CrossEncoderConfig(RerankerConfig):
-    """A sentence-transformers cross-encoder scoring (query, passage) pairs."""
+class CrossEncoderConfig(Tunable, RerankerConfig):
+    """A sentence-transformers cross-encoder scoring (query, passage) pairs; with ``finetune``
+    one trained on the corpus first, from ``model``'s weights (``ragbench.index.finetune``)."""
 
     kind: Literal["cross_encoder"] = "cross_encoder"
     model: str = "cross-encoder/ms-marco-MiniLM-L-6-v2"
     batch_size: int = Field(32, gt=0)
     max_length: int = Field(512, gt=0)
     device: str = "cpu"
+    family: ClassVar[Family] = "cross-encoder"
 
     def score_scale(self) -> str:
         """The model's raw relevance score."""
         return "cross-encoder relevance score (the model's raw output)"
+
+    def resources(self, g: PlanBuilder) -> list[str]:
+        """The stage training its model, when it is fine-tuned."""
+        return list(g.model(self))
+
+    def reranker(self, env: Env, chunks: ChunkSet, *resources: Any) -> Reranker:
+        """The cross-encoder of the trained model when fine-tuned, else of ``model``."""
+        if not resources:
+            return super().reranker(env, chunks)
+        reranker: Reranker = env.component("reranker", self.tuned(resources[0].path))
+        return reranker
 
 
 _CROSS_ENCODERS: dict[tuple[str, str], Any] = {}
@@ -382,15 +396,16 @@ class DenseRerankConfig(RerankerConfig):
     def resources(self, g: PlanBuilder) -> list[str]:
         """The chunks' and the queries' vectors under this reranker's own embedder (shared
         with a dense retriever of the same model)."""
-        return [g.doc_vectors(self.embedder), g.query_vectors(self.embedder, "queries")]
+        vectors = [g.doc_vectors(self.embedder), g.query_vectors(self.embedder, "queries")]
+        return vectors + list(g.model(self.embedder))
 
     def reranker(self, env: Env, chunks: ChunkSet, *resources: Any) -> Reranker:
-        """A dense reranker reading document and query vectors from the planned stages."""
-        vectors, queries = resources
+        """A dense reranker reading document and query vectors from the planned stages (and
+        the embedder's trained model, when it is fine-tuned)."""
+        vectors, queries, *model = resources
         asked = dict(zip(env.queries, np.asarray(queries.vectors), strict=True))
-        return DenseReranker(
-            self, env.embedder(self.embedder), (chunks.table.row_of, vectors), asked
-        )
+        embedder = env.embedder(self.embedder, model=model[0] if model else None)
+        return DenseReranker(self, embedder, (chunks.table.row_of, vectors), asked)
 
 
 # Embedder options that do not change the vectors it computes.

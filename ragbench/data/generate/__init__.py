@@ -88,6 +88,7 @@ __all__ = [
     "copy_share",
     "corpus_documents",
     "generate",
+    "held_out",
     "locate_excerpt",
     "near_duplicates",
 ]
@@ -282,6 +283,15 @@ def generate(
         cached=generation.cached,
         problems=problems,
     )
+
+
+def held_out(
+    documents: Sequence[Document], method: Method, n: int, seed: int
+) -> tuple[list[Draft], dict[str, Cuts]]:
+    """Up to ``n`` drafts of ``method`` over ``documents`` as ``generate`` keeps them, and the
+    cuts per document (what a set of them is evaluated on, or trained on, without their text)."""
+    generation = method.run(documents, n, seed)
+    return _held_out(generation.drafts, {doc.id: doc for doc in documents}, generation.dropped)
 
 
 def _widened(text: str, cut: Span) -> tuple[int, int]:

@@ -1,0 +1,401 @@
+"""Domain adaptation: fine-tune a bi-encoder, or train a cross-encoder, on in-domain pairs.
+
+A component with a ``finetune`` section (``FinetuneConfig``: an embedder of kind
+``sentence-transformers``, a ``cross_encoder`` reranker) runs a model trained here instead of
+its base ``model``. The stage graph trains it once per content (``retrieve/graph.py``:
+``PlanBuilder.model``; base model, pairs, negatives, settings and seed key a model directory in
+the stage cache), so a sweep that varies only the retrieval around it trains it once.
+
+Training follows sentence-transformers: ``mnrl`` (``MultipleNegativesRankingLoss``: each query
+against its positive, its hard negatives and every other passage of the batch) or ``triplet``
+(``TripletLoss`` on the first hard negative) for a bi-encoder; ``bce`` (binary cross-entropy
+over positive and negative pairs) or ``listwise`` (cross-entropy over a query's positive and its
+negatives) for a cross-encoder, whose classification head starts random over the base model's
+weights (MiniLM's, the one real start offline). Hard negatives are the best-ranked passages of
+the pool that are not relevant to the query, by BM25 (``negatives: bm25``), by the base model
+(``model``), or none (in-batch negatives only). A batch never holds one query or one positive
+document twice (a false in-batch negative). AdamW with linear warm-up and decay; the dropout of
+step ``s`` is seeded by ``(seed, s)``, so a run resumed from its checkpoint (written every
+``CHECKPOINT_SECONDS`` into its work folder) goes on as if it had not stopped.
+
+The trained model directory holds ``training.json``: where the pairs came from, their count,
+the settings, the loss per step, wall seconds and the peak resident memory of the process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
+
+import numpy as np
+from pydantic import Field, field_validator
+
+from ragbench import progress
+from ragbench.errors import RagbenchError
+from ragbench.models import hub_offline, resolve_model
+from ragbench.registry import ConfigModel
+
+if TYPE_CHECKING:
+    from ragbench.data.pairs import TrainingPairs
+
+__all__ = [
+    "CHECKPOINT_SECONDS",
+    "Family",
+    "FinetuneConfig",
+    "FinetuneError",
+    "Tunable",
+    "TunedModel",
+    "mine_negatives",
+    "train",
+]
+
+log = logging.getLogger(__name__)
+
+Family = Literal["bi-encoder", "cross-encoder"]
+CHECKPOINT_SECONDS = 120.0
+CHARS_PER_TOKEN = 4  # a passage window of max_seq_length tokens spans about this many characters
+_LOSSES: dict[Family, tuple[str, ...]] = {
+    "bi-encoder": ("mnrl", "triplet"),
+    "cross-encoder": ("bce", "listwise"),
+}
+
+
+class FinetuneError(RagbenchError):
+    """A model could not be trained (no pairs, a loss that does not fit the model, ...)."""
+
+
+class FinetuneConfig(ConfigModel):
+    """How a model is adapted to the corpus (every field is part of the model's cache key).
+
+    ``pairs``: ``select`` trains on the judged queries of the sweep's selection split
+    (``evaluation.select_on``; never a split it reports on), ``generated`` on ``queries``
+    queries generated from the corpus itself (no labels). ``loss`` defaults to ``mnrl`` for a
+    bi-encoder and ``bce`` for a cross-encoder; ``negatives`` hard negatives per pair come from
+    BM25 or the base model's ranking. ``max_seq_length`` caps queries and passages in tokens.
+    """
+
+    pairs: Literal["select", "generated"]
+    queries: int = Field(1000, gt=0)
+    loss: Literal["mnrl", "triplet", "bce", "listwise"] | None = None
+    negatives: Literal["bm25", "model", "none"] = "bm25"
+    n_negatives: int = Field(1, ge=0, le=16)
+    epochs: int = Field(1, gt=0)
+    batch_size: int = Field(32, ge=2)
+    learning_rate: float = Field(2e-5, gt=0, lt=1)
+    warmup: float = Field(0.1, ge=0, lt=1)
+    max_seq_length: int = Field(256, gt=0)
+    seed: int = Field(0, ge=0)
+
+    def check(self, family: Family) -> None:
+        """ValueError (a config validator's error) unless this config can train ``family``."""
+        try:
+            self.loss_for(family)
+        except FinetuneError as exc:
+            raise ValueError(str(exc).removeprefix("finetune: ")) from None
+
+    def loss_for(self, family: Family) -> str:
+        """The loss this config trains ``family`` with (``FinetuneError`` if it cannot)."""
+        loss = self.loss or _LOSSES[family][0]
+        if loss not in _LOSSES[family]:
+            raise FinetuneError(
+                f"finetune.loss: {loss!r} does not train a {family}; use one of "
+                f"{', '.join(_LOSSES[family])}"
+            )
+        negatives = self.n_negatives if self.negatives != "none" else 0
+        if loss in ("triplet", "listwise") and negatives == 0:
+            raise FinetuneError(f"finetune.loss: {loss} needs hard negatives (n_negatives >= 1)")
+        if family == "cross-encoder" and negatives == 0:
+            raise FinetuneError("finetune: a cross-encoder learns from hard negatives; set some")
+        return loss
+
+    @property
+    def width(self) -> int:
+        """Characters of a training passage (``max_seq_length`` tokens, roughly)."""
+        return self.max_seq_length * CHARS_PER_TOKEN
+
+
+class Tunable(ConfigModel):
+    """Mixin of the configs of components whose model can be fine-tuned: an optional
+    ``finetune`` section, left out of the serialised form (so of cache keys and trial ids)
+    when absent, and the ``family`` of model it trains."""
+
+    finetune: FinetuneConfig | None = Field(None, exclude_if=lambda value: value is None)
+    family: ClassVar[Family]
+    model: str
+
+    @field_validator("finetune")
+    @classmethod
+    def _trainable(cls, value: FinetuneConfig | None) -> FinetuneConfig | None:
+        if value is not None:
+            value.check(cls.family)
+        return value
+
+    def tuned(self, model: Path) -> Self:
+        """This config running the trained ``model`` directory instead of fine-tuning."""
+        return self.model_copy(update={"model": str(model), "finetune": None})
+
+
+@dataclass(frozen=True)
+class TunedModel:
+    """A trained model directory (the value of a fine-tuning stage)."""
+
+    path: Path
+
+    def record(self) -> dict[str, Any]:
+        """Its ``training.json``: pairs, settings, losses, seconds, peak memory."""
+        found: dict[str, Any] = json.loads((self.path / "training.json").read_text("utf-8"))
+        return found
+
+
+def mine_negatives(
+    pairs: TrainingPairs,
+    how: Literal["bm25", "model", "none"],
+    n: int,
+    embed: Callable[[Sequence[str], str], np.ndarray] | None = None,
+) -> list[list[str]]:
+    """Per pair, the ids of ``n`` pool passages ranked best for its query by BM25 or by
+    ``embed`` (unit vectors) that no pair of that query has as positive."""
+    if how == "none" or n == 0:
+        return [[] for _ in range(len(pairs))]
+    ids = list(pairs.passages)
+    relevant: dict[str, set[str]] = {}
+    for query_id, doc_id in zip(pairs.query_ids, pairs.positive_ids, strict=True):
+        relevant.setdefault(query_id, set()).add(doc_id)
+    unique = list(dict.fromkeys(zip(pairs.query_ids, pairs.queries, strict=True)))
+    depth = n + max(len(found) for found in relevant.values())
+    texts = [text for _, text in unique]
+    if how == "bm25":
+        from ragbench.index.sparse import BM25Index
+
+        index = BM25Index()
+        index.add(ids, [pairs.passages[i] for i in ids])
+        ranked = index.search(texts, depth).ids
+    else:
+        if embed is None:
+            raise FinetuneError("finetune.negatives: model needs the base model to rank with")
+        vectors = embed([pairs.passages[i] for i in ids], "document")
+        scores = embed(texts, "query") @ vectors.T
+        top = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
+        ranked = np.asarray(ids, dtype=object)[top]
+    found = {
+        query_id: [d for d in row if d and d not in relevant[query_id]][:n]
+        for (query_id, _), row in zip(unique, ranked, strict=True)
+    }
+    return [found[query_id] for query_id in pairs.query_ids]
+
+
+def _batches(pairs: TrainingPairs, batch_size: int, epochs: int, seed: int) -> list[list[int]]:
+    """Rows per step over all epochs: each epoch a seeded shuffle cut into batches in which no
+    query and no positive document appears twice (a row that would repeat one waits for the
+    next batch)."""
+    rng = np.random.default_rng(seed)
+    steps: list[list[int]] = []
+    for _ in range(epochs):
+        waiting = [int(i) for i in rng.permutation(len(pairs))]
+        while waiting:
+            batch: list[int] = []
+            seen: set[tuple[str, str]] = set()
+            left: list[int] = []
+            for row in waiting:
+                marks = {("q", pairs.query_ids[row]), ("d", pairs.positive_ids[row])}
+                if len(batch) < batch_size and not marks & seen:
+                    batch.append(row)
+                    seen |= marks
+                else:
+                    left.append(row)
+            if len(batch) < 2:  # a lone row has no in-batch negative: the epoch ends
+                break
+            steps.append(batch)
+            waiting = left
+    return steps
+
+
+def _load(family: Family, base: str, max_length: int) -> Any:
+    hub_offline()
+    if family == "bi-encoder":
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(resolve_model(base), device="cpu")
+        model.max_seq_length = max_length
+        return model
+    from sentence_transformers import CrossEncoder
+
+    return CrossEncoder(resolve_model(base), num_labels=1, max_length=max_length, device="cpu")
+
+
+def _features(model: Any, texts: Sequence[Any]) -> dict[str, Any]:
+    features = dict(model.preprocess(list(texts)))
+    features.pop("modality", None)
+    return features
+
+
+def _step_loss(
+    family: Family, loss: str, model: Any, objective: Any, rows: list[tuple[str, str, list[str]]]
+) -> Any:
+    """The loss of one batch of (query, positive, negatives) rows."""
+    import torch
+
+    if family == "bi-encoder":
+        columns = [[q for q, _, _ in rows], [p for _, p, _ in rows]]
+        width = 1 if loss == "triplet" else min(len(n) for _, _, n in rows)
+        columns += [[n[j] for _, _, n in rows] for j in range(width)]
+        features = [_features(model, column) for column in columns]
+        return objective(features, torch.zeros(len(rows)))
+    group = 1 + min(len(n) for _, _, n in rows)
+    pairs = [(q, text) for q, p, n in rows for text in [p, *n[: group - 1]]]
+    scores = model(_features(model, pairs))["scores"].view(-1, group)
+    if loss == "listwise":
+        return torch.nn.functional.cross_entropy(scores, torch.zeros(len(rows), dtype=torch.long))
+    labels = torch.zeros_like(scores)
+    labels[:, 0] = 1.0
+    return torch.nn.functional.binary_cross_entropy_with_logits(scores, labels)
+
+
+@dataclass
+class _Run:
+    """A training run's state, as checkpointed: the step reached and the losses so far."""
+
+    step: int = 0
+    losses: list[float] | None = None
+    seconds: float = 0.0
+
+
+def _checkpoint(work: Path, model: Any, optimizer: Any, scheduler: Any, run: _Run) -> None:
+    import torch
+
+    state = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "run": run.__dict__,
+    }
+    tmp = work / "checkpoint.pt.tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, work / "checkpoint.pt")
+
+
+def _resume(work: Path, model: Any, optimizer: Any, scheduler: Any) -> _Run:
+    import torch
+
+    path = work / "checkpoint.pt"
+    if not path.exists():
+        return _Run(losses=[])
+    state = torch.load(path, weights_only=False)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    run = _Run(**state["run"])
+    log.info("training resumes at step %d from %s", run.step, path)
+    return run
+
+
+def train(
+    family: Family,
+    base: str,
+    pairs: TrainingPairs,
+    config: FinetuneConfig,
+    work: Path,
+    embed: Callable[[Sequence[str], str], np.ndarray] | None = None,
+) -> TunedModel:
+    """Train ``base`` on ``pairs`` as ``config`` says, in ``work`` (resumed from its checkpoint
+    when an earlier run stopped); the model is saved to ``work/model``."""
+    import torch
+
+    loss = config.loss_for(family)
+    if len(pairs) < 2:
+        raise FinetuneError(f"finetune: {pairs.source} gives {len(pairs)} pair(s); 2 or more")
+    negatives = mine_negatives(pairs, config.negatives, config.n_negatives, embed)
+    rows = [
+        (q, p, [pairs.passages[d] for d in found])
+        for q, p, found in zip(pairs.queries, pairs.positives, negatives, strict=True)
+    ]
+    steps = _batches(pairs, config.batch_size, config.epochs, config.seed)
+    work.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(config.seed)
+    model = _load(family, base, config.max_seq_length)
+    objective = _objective(loss, model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
+    warm, total = max(1, int(config.warmup * len(steps))), len(steps)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min((s + 1) / warm, max(0.0, (total - s) / (total - warm + 1)))
+    )
+    run = _resume(work, model, optimizer, scheduler)
+    _fit(family, loss, model, objective, optimizer, scheduler, steps, rows, run, work, config)
+    out = work / "model"
+    shutil.rmtree(out, ignore_errors=True)
+    model.save(str(out))
+    record = {
+        "family": family,
+        "base": base,
+        "pairs": pairs.source,
+        "n_pairs": len(pairs),
+        "pairs_key": pairs.key,
+        "settings": config.model_dump(mode="json"),
+        "loss": loss,
+        "steps": len(steps),
+        "losses": run.losses,
+        "seconds": run.seconds,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+    }
+    (out / "training.json").write_text(json.dumps(record, indent=1), "utf-8")
+    (work / "checkpoint.pt").unlink(missing_ok=True)
+    return TunedModel(out)
+
+
+def _objective(loss: str, model: Any) -> Any:
+    from sentence_transformers.sentence_transformer import losses
+
+    if loss == "mnrl":
+        return losses.MultipleNegativesRankingLoss(model)
+    if loss == "triplet":
+        return losses.TripletLoss(model)
+    return None  # the cross-encoder losses are computed from its scores (``_step_loss``)
+
+
+def _fit(
+    family: Family,
+    loss: str,
+    model: Any,
+    objective: Any,
+    optimizer: Any,
+    scheduler: Any,
+    steps: list[list[int]],
+    rows: list[tuple[str, str, list[str]]],
+    run: _Run,
+    work: Path,
+    config: FinetuneConfig,
+) -> None:
+    """The optimisation loop from ``run.step``: progress shows the steps, the loss and the
+    time left; a checkpoint is written every ``CHECKPOINT_SECONDS``."""
+    import torch
+
+    assert run.losses is not None
+    model.train()
+    saved = time.perf_counter()
+    what = f"training {family} ({loss})"
+    with progress.counting(what, len(steps), "steps", done=run.step) as advance:
+        while run.step < len(steps):
+            started = time.perf_counter()
+            torch.manual_seed(config.seed * 1_000_003 + run.step)  # dropout, as if never stopped
+            value = _step_loss(family, loss, model, objective, [rows[i] for i in steps[run.step]])
+            value.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            run.losses.append(float(value.detach()))
+            run.step += 1
+            run.seconds += time.perf_counter() - started
+            advance(1, f"loss {run.losses[-1]:.4f}")
+            if time.perf_counter() - saved > CHECKPOINT_SECONDS and run.step < len(steps):
+                _checkpoint(work, model, optimizer, scheduler, run)
+                saved = time.perf_counter()
+    model.eval()

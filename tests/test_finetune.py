@@ -1,0 +1,261 @@
+"""Domain adaptation: real tiny models trained on the bundled demo set. The loss falls, a run
+resumed from its checkpoint ends as an uninterrupted one, a sweep trains each model once (a
+rerun hits the cache) and deploys what it scored, the split guard refuses training on reported
+queries, generated pairs hold their sentence out, and the trained model exports to ONNX."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from ragbench import progress
+from ragbench.cli import main
+from ragbench.data import load_dataset
+from ragbench.data.pairs import generated_pairs, split_pairs
+from ragbench.data.trec import read_run
+from ragbench.errors import ConfigError, DataError
+from ragbench.experiment.config import load_config
+from ragbench.experiment.runner import run
+from ragbench.experiment.store import RunStore
+from ragbench.index import finetune
+from ragbench.index.embedders import SentenceTransformerConfig, SentenceTransformerEmbedder
+from ragbench.index.finetune import FinetuneConfig, mine_negatives, train
+from ragbench.pipeline import RAGPipeline
+from ragbench.text.chunk_table import document_ranking
+from tests.paths import REPO
+
+pytestmark = pytest.mark.xdist_group("finetune")
+
+DEMO = REPO / "datasets" / "demo"
+FAST = {"batch_size": 4, "max_seq_length": 32, "learning_rate": 5e-3, "warmup": 0.0}
+
+
+@pytest.fixture(scope="module")
+def beir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo set as a BEIR folder with a train split (40 queries) and a test split (20)."""
+    labeled = load_dataset(str(DEMO))
+    root = tmp_path_factory.mktemp("demo-beir")
+    docs = [{"_id": d.id, "title": "", "text": d.text} for d in labeled.documents]
+    (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs), "utf-8")
+    queries = labeled.queries[:60]
+    rows = [json.dumps({"_id": q.id, "text": q.text}) + "\n" for q in queries]
+    (root / "queries.jsonl").write_text("".join(rows), "utf-8")
+    (root / "qrels").mkdir()
+    for split, part in (("train", queries[:40]), ("test", queries[40:])):
+        lines = ["query-id\tcorpus-id\tscore"]
+        lines += [f"{q.id}\t{d}\t{g}" for q in part for d, g in labeled.qrels[q.id].items()]
+        (root / "qrels" / f"{split}.tsv").write_text("\n".join(lines) + "\n", "utf-8")
+    return root
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny, randomly initialised (seed 0) BERT bi-encoder with MiniLM's tokenizer and mean
+    pooling, saved as a sentence-transformers folder: trains in a fraction of a second a step."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from ragbench.models import resolve_model
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("all-MiniLM-L6-v2"))
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+    )
+    torch.manual_seed(0)
+    root = tmp_path_factory.mktemp("tiny-encoder")
+    BertModel(config).save_pretrained(root / "bert")
+    tokenizer.save_pretrained(root / "bert")
+    model = SentenceTransformer(modules=[Transformer(str(root / "bert")), Pooling(32, "mean")])
+    model.save(str(root / "model"))
+    return root / "model"
+
+
+def _pairs(beir: Path) -> Any:
+    return split_pairs(load_dataset(str(beir), split="train"), 128)
+
+
+def test_generated_pairs_hold_their_sentence_out_of_the_passage() -> None:
+    documents = load_dataset(str(DEMO)).documents
+    pairs = generated_pairs(documents, 30, 0, 600)
+    assert len(pairs) >= 20 and pairs.source.startswith("generated (ict, n=30, seed=0")
+    for query, doc_id, passage in zip(
+        pairs.queries, pairs.positive_ids, pairs.positives, strict=True
+    ):
+        assert query not in passage and query not in pairs.passages[doc_id]
+        assert 0 < len(passage) <= 600
+    assert generated_pairs(documents, 30, 0, 600).key == pairs.key
+    assert generated_pairs(documents, 30, 1, 600).key != pairs.key
+
+
+def test_mined_negatives_are_ranked_passages_never_relevant(beir: Path) -> None:
+    pairs = _pairs(beir)
+    negatives = mine_negatives(pairs, "bm25", 2)
+    relevant: dict[str, set[str]] = {}
+    for query_id, doc_id in zip(pairs.query_ids, pairs.positive_ids, strict=True):
+        relevant.setdefault(query_id, set()).add(doc_id)
+    assert all(len(found) == 2 for found in negatives)
+    for query_id, found in zip(pairs.query_ids, negatives, strict=True):
+        assert not set(found) & relevant[query_id] and set(found) <= set(pairs.passages)
+    assert mine_negatives(pairs, "none", 2) == [[] for _ in range(len(pairs))]
+
+
+def _interrupt_at(step: int) -> Any:
+    def show(activity: progress.Activity) -> None:
+        if activity.unit == "steps" and activity.done == step:
+            raise KeyboardInterrupt
+
+    return show
+
+
+def test_training_lowers_the_loss_and_resumes_as_if_never_stopped(
+    beir: Path, tiny_encoder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pairs = _pairs(beir)
+    config = FinetuneConfig(pairs="select", epochs=4, **FAST)  # type: ignore[arg-type]
+    whole = train("bi-encoder", str(tiny_encoder), pairs, config, tmp_path / "whole").record()
+    losses = whole["losses"]
+    assert whole["steps"] == len(losses) >= 30 and whole["n_pairs"] == len(pairs)
+    assert np.mean(losses[-5:]) < 0.8 * np.mean(losses[:5])
+    monkeypatch.setattr(finetune, "CHECKPOINT_SECONDS", 0.0)
+    with pytest.raises(KeyboardInterrupt), progress.listen(_interrupt_at(7)):
+        train("bi-encoder", str(tiny_encoder), pairs, config, tmp_path / "cut")
+    assert (tmp_path / "cut" / "checkpoint.pt").exists()
+    resumed = train("bi-encoder", str(tiny_encoder), pairs, config, tmp_path / "cut").record()
+    np.testing.assert_allclose(resumed["losses"], losses, rtol=1e-4)
+    assert not (tmp_path / "cut" / "checkpoint.pt").exists()
+
+
+def test_a_cross_encoder_trains_from_a_local_checkpoint(
+    beir: Path, tiny_cross_encoder: Path, tmp_path: Path
+) -> None:
+    pairs = _pairs(beir)
+    config = FinetuneConfig(pairs="select", epochs=4, loss="listwise", n_negatives=2, **FAST)  # type: ignore[arg-type]
+    found = train("cross-encoder", str(tiny_cross_encoder), pairs, config, tmp_path).record()
+    assert found["family"] == "cross-encoder" and found["loss"] == "listwise"
+    assert np.mean(found["losses"][-5:]) < np.mean(found["losses"][:5])
+    with pytest.raises(ConfigError, match="does not train a cross-encoder"):
+        config = _config(beir, tiny_cross_encoder, "mnrl", select_on="train", report_on="test")
+        load_config(config)
+
+
+def _config(beir: Path, model: Path, reranker_loss: str | None = None, **evaluation: Any) -> dict:
+    tuning = {"pairs": "select", "epochs": 2, **FAST}
+    reranker = {"kind": "cross_encoder", "model": str(model), "candidates": 5, "max_length": 32}
+    if reranker_loss:
+        reranker["finetune"] = {**tuning, "loss": reranker_loss}
+    return {
+        "name": "finetune",
+        "dataset": {"path": str(beir)},
+        "evaluation": {"metrics": ["ndcg@10"], "depth": 10, **evaluation},
+        "latency": {"queries": 0},
+        "sweep": {
+            "embedder": [
+                {"kind": "sentence-transformers", "model": str(model), "finetune": tuning}
+            ],
+            "retriever": [{"kind": "dense"}],
+            "reranker": [{"kind": "none"}, reranker],
+        },
+    }
+
+
+def test_the_split_guard_refuses_training_on_reported_queries(
+    beir: Path, tiny_encoder: Path
+) -> None:
+    with pytest.raises(ConfigError, match=r"evaluation.report_on.*split 'test'.*split 'test'"):
+        load_config(_config(beir, tiny_encoder))
+    with pytest.raises(ConfigError, match=r"report_on.*split 'train' \(evaluation.select_on\)"):
+        load_config(_config(beir, tiny_encoder, select_on="train"))
+    with pytest.raises(ConfigError, match=r"evaluation.folds: .*one model per fold"):
+        load_config(_config(beir, tiny_encoder, folds=3))
+    leaky = beir.parent / "leaky"
+    leaky.mkdir()
+    for part in ("corpus.jsonl", "queries.jsonl"):
+        (leaky / part).write_bytes((beir / part).read_bytes())
+    (leaky / "qrels").mkdir()
+    train_qrels = (beir / "qrels" / "train.tsv").read_text("utf-8")
+    test_rows = (beir / "qrels" / "test.tsv").read_text("utf-8").splitlines()[1:]
+    (leaky / "qrels" / "train.tsv").write_text(train_qrels, "utf-8")
+    (leaky / "qrels" / "test.tsv").write_text(
+        train_qrels.splitlines()[0] + "\n" + "\n".join([train_qrels.splitlines()[1], *test_rows]),
+        "utf-8",
+    )
+    config = _config(leaky, tiny_encoder, select_on="train", report_on="test")
+    with pytest.raises(Exception, match=r"split 'train' .*evaluated on split 'test'") as caught:
+        run(load_config(config), leaky.parent / "leaky-run")
+    assert isinstance(caught.value, DataError) or "DataError" in str(caught.value)
+
+
+def test_a_sweep_trains_each_model_once_and_deploys_what_it_scored(
+    beir: Path, tiny_encoder: Path, tiny_cross_encoder: Path, tmp_path: Path
+) -> None:
+    config = _config(beir, tiny_encoder, select_on="train", report_on="test")
+    config["sweep"]["reranker"][1]["model"] = str(tiny_cross_encoder)
+    config["sweep"]["reranker"][1]["finetune"] = {**config["sweep"]["embedder"][0]["finetune"]}
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(config), "utf-8")
+    first = run(load_config(tmp_path / "sweep.yaml"), tmp_path / "first")
+    trials = RunStore(first.path).trials()
+    assert list(trials["status"]) == ["ok", "ok"]
+    again = RunStore(run(load_config(tmp_path / "sweep.yaml"), tmp_path / "again").path).trials()
+    assert (again["cache_misses"] == 0).all()
+    selection = json.loads((first.path / "selection.json").read_text("utf-8"))
+    assert selection["chosen"]["ndcg@10"]["reported"]  # the pick, scored on the test split
+    queries = load_dataset(str(beir), split="train").queries
+    for trial_id in trials["trial_id"]:
+        pipeline = RAGPipeline.from_trial(first.path, trial_id)
+        ranking = pipeline.search([q.text for q in queries], 10).ranking
+        table = pipeline._live[pipeline.plan(10).chunks].table
+        documents = document_ranking(ranking, table).head(10)
+        scored = read_run(first.path / "runs" / f"{trial_id}.trec")
+        for row, query in enumerate(queries):
+            mine = [d for d, _ in documents.row(row)]
+            theirs = sorted(scored[query.id].items(), key=lambda p: -p[1])
+            assert mine == [d for d, _ in theirs], (trial_id, query.id)
+    embedder = pipeline.embedder
+    assert embedder is not None
+    trained = Path(embedder.config.model)  # type: ignore[attr-defined]
+    record = json.loads((trained / "training.json").read_text("utf-8"))
+    assert record["pairs"].startswith("split 'train'") and record["family"] == "bi-encoder"
+    base = SentenceTransformerEmbedder(SentenceTransformerConfig(model=str(tiny_encoder)))
+    texts = [q.text for q in queries[:3]]
+    assert not np.allclose(embedder.embed(texts), base.embed(texts), atol=1e-3)
+
+
+def test_a_tuned_model_exports_to_onnx_int8_and_finetune_builds_one_alone(
+    beir: Path, tiny_encoder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = json.dumps({"epochs": 1, **FAST})
+    code = main(
+        [
+            "finetune",
+            str(beir),
+            "--out",
+            str(tmp_path / "model"),
+            "--model",
+            str(tiny_encoder),
+            "--settings",
+            settings,
+        ]
+    )
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["pairs"].startswith("split 'train'") and printed["family"] == "bi-encoder"
+    texts = ["How do I restore a topic from a backup?", "Which port does the broker use?"]
+    trained = str(tmp_path / "model")
+    torch_side = SentenceTransformerEmbedder(SentenceTransformerConfig(model=trained))
+    int8 = SentenceTransformerEmbedder(
+        SentenceTransformerConfig(model=trained, backend="onnx", quantize="int8")
+    )
+    cosines = (torch_side.embed(texts) * int8.embed(texts)).sum(axis=1)
+    assert cosines.min() > 0.9
+    assert main(["finetune", str(beir), "--out", str(tmp_path / "model")]) == 2
