@@ -148,9 +148,7 @@ def finetune(s: Settings) -> dict[str, Any]:
     from benchmarks import bench_finetune
 
     _need(bench_quality.SCIFACT)
-    overrides = s.overrides(bench_finetune.CONFIG, s.scifact())
-    if s.tiny:
-        overrides += bench_finetune.tiny_overrides()
+    overrides = bench_finetune.tiny_overrides(s.scifact()) if s.tiny else []
     return bench_finetune.finetune(s.runs, s.cache, overrides, s.limit)
 
 

@@ -13,6 +13,7 @@ difference, its 95% bootstrap interval and the paired permutation p-value.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -40,10 +41,12 @@ CROSS_ENCODER = {
 METRICS = ("ndcg@10", "recall@100")
 
 
-def tiny_overrides() -> list[str]:
-    """Short sequences, small batches and few generated queries: a smoke run in seconds."""
+def tiny_overrides(dataset: Path) -> list[str]:
+    """``dataset`` (a tiny slice), short sequences, small batches and few generated queries:
+    a smoke run of real models in a minute."""
     tuning = "sweep.embedder[1].finetune"
     return [
+        f"dataset.path={json.dumps(str(dataset))}",
         "sweep.embedder[0].max_seq_length=32",
         "sweep.embedder[1].max_seq_length=32",
         f"{tuning}.max_seq_length=32",
