@@ -394,6 +394,21 @@ def test_the_report_says_when_the_labels_were_generated(tmp_path: Path) -> None:
     assert "<li class='caveat'><b>Labels: generated</b> (ict), 30 queries" in md["html"].read_text()
 
 
+def test_a_run_without_a_latency_pass_reports_without_latency_columns(tmp_path: Path) -> None:
+    config = {**_config("nolat"), "latency": {"queries": 0}}
+    config["sweep"] = {
+        "chunker": [{"kind": "none"}],
+        "retriever": [{"kind": "bm25", "b": [0.4, 0.9]}],
+    }
+    config["baseline"] = None
+    out = run(config, tmp_path / "run", cache_root=tmp_path / "c", progress=False).path
+    report = Report.from_run(out)
+    shown = report.display_table(stages=True)
+    assert len(shown) == 2 and not any("ms" in column for column in shown.columns)
+    written = report.write(("md", "html"), out=tmp_path / "out")
+    assert "ndcg@10" in written["md"].read_text()
+
+
 def test_cli_dry_run_flags_redundant_trials(tmp_path: Path, capsys, monkeypatch) -> None:
     import yaml
 

@@ -15,12 +15,16 @@ from ragbench.experiment.store import RunStore
 __all__ = ["drilldown"]
 
 
-def _top(run_dir: Path, trial_id: str, per_query: int) -> dict[Hashable, list[dict]]:
+def _top(
+    run_dir: Path, trial_id: str, per_query: int, query_ids: pd.Index
+) -> dict[Hashable, list[dict]]:
+    """The first ``per_query`` chunks the trial retrieved for each of ``query_ids`` (only those
+    are grouped: a run's top lists hold every query)."""
     path = run_dir / "runs" / f"{trial_id}.top.parquet"
     if not path.is_file():
         return {}
-    top = pd.read_parquet(path)
-    top = top[top["rank"] <= per_query]
+    top = pd.read_parquet(path, columns=["query_id", "rank", "chunk_id", "score", "text"])
+    top = top[(top["rank"] <= per_query) & top["query_id"].isin(query_ids)]
     return {
         qid: group.sort_values("rank")[["rank", "chunk_id", "score", "text"]].to_dict("records")
         for qid, group in top.groupby("query_id")
@@ -59,7 +63,8 @@ def drilldown(
     frame = frame[frame["delta"] != 0]
     frame = frame.reindex(frame["delta"].abs().sort_values(ascending=False).index).head(n)
     queries = pd.read_parquet(Path(run_dir) / "queries.parquet").set_index("query_id")
-    top_a, top_b = _top(Path(run_dir), trial_a, chunks), _top(Path(run_dir), trial_b, chunks)
+    top_a = _top(Path(run_dir), trial_a, chunks, frame.index)
+    top_b = _top(Path(run_dir), trial_b, chunks, frame.index)
     answers = store.answers().set_index(["trial_id", "query_id"])["answer"].to_dict()
     rows = []
     for qid, a, b, delta in zip(frame.index, frame["a"], frame["b"], frame["delta"], strict=True):

@@ -409,9 +409,9 @@ class Report:
         return " ▲" if better else " ▼"
 
     def display_table(self, stages: bool = False) -> pd.DataFrame:
-        """Strings for people: ``mean ± half-CI`` with ▲/▼ marks, latency, LLM tokens and US
-        dollars per query (when a trial called an LLM; per stage with ``stages``), build
-        time."""
+        """Strings for people: ``mean ± half-CI`` with ▲/▼ marks, latency (when the run measured
+        it), LLM tokens and US dollars per query (when a trial called an LLM; per stage with
+        ``stages``), build time."""
         frame = self.to_dataframe()
         out = pd.DataFrame(index=frame.index)
         out["trial"] = frame["label"]
@@ -422,6 +422,8 @@ class Report:
                 for m, h, (_, row) in zip(frame[metric], half, frame.iterrows(), strict=True)
             ]
         for stage in latency_stages(self.trials) if stages else ["total"]:
+            if f"{stage} p50 ms" not in frame:  # the run had no latency pass
+                continue
             out[f"{stage} p50/p95 ms"] = [
                 f"{a:.1f} / {b:.1f}" if a == a else "–"
                 for a, b in zip(frame[f"{stage} p50 ms"], frame[f"{stage} p95 ms"], strict=True)
