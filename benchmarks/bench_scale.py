@@ -19,9 +19,9 @@ size into a raw float32 file (the embedding time is reported, not charged to the
 index at each size is then built in a fresh process (``--worker``) that reads its input batch by
 batch: dense stores read their vectors from the file, BM25 (ragbench's and bm25s alone)
 generates and tokenizes its texts (tokenizing is part of its build time). Without a dense store,
-nothing is embedded. Peak memory is that process's resident-set high-water
-mark (``VmHWM``, reset after start-up through /proc/self/clear_refs) minus its resident size at
-that point: what building, querying and saving the index added. Latency is ``per_query`` (one
+nothing is embedded. Peak memory is that process's resident-set high-water mark (``VmHWM``,
+reset after start-up through /proc/self/clear_refs) minus its resident size at that point: what
+building, querying and saving the index added. Latency is ``per_query`` (one
 query at a time, the engine's own per-query timing) after a warm-up pass, at k=10; dense
 latency excludes embedding the query. ``measure()`` returns the figures as a dict.
 
