@@ -1,6 +1,7 @@
 """Every benchmark in one command, written to benchmarks/RESULTS.md.
 
-``python -m benchmarks [--full] [--tiny] [--out FILE] [--runs DIR] [--cache DIR]``
+``python -m benchmarks [--full] [--tiny] [--out FILE] [--runs DIR] [--cache DIR]
+[--only SECTION ...] [--stores INDEX ...]``
 
 * default (minutes): the BM25 SciFact reproduction through scifact-reproduce.yaml and the runner,
   metrics vs pytrec_eval, retrieval vs bm25s / rank-bm25 / numpy (+ hnsw recall on the cached
@@ -11,10 +12,13 @@
   (scifact-prf.yaml), fine-tuning inside the sweep (scifact-finetune.yaml: models trained
   once, cached), sentence windows on the chunking evaluation (chunking-window.yaml), and
   the cross-encoder path and latency; they read the stage cache, so reruns cost minutes. It
-  also runs the scale curve (exact, hnsw and BM25 at 10k, 100k and 1M synthetic chunks, about
-  an hour) and the Dask executor against serial.
+  also runs the scale curve (exact, hnsw, BM25 and bm25s alone at 10k, 100k and 1M synthetic
+  chunks, about an hour) and the Dask executor against serial.
 * ``--only SECTION ...`` runs the named sections; when ``--out`` already exists, only their
   parts of it are replaced (the other sections keep the figures of the run that wrote them).
+* ``--stores INDEX ...`` measures only those indexes in the scale curve (e.g. ``bm25 bm25s``:
+  ragbench's BM25 against bm25s alone); an existing file keeps its scale curve, whose rows
+  such a run does not all measure.
 * ``--tiny`` runs every section on tiny slices (a few documents and queries, the hashing
   embedder, tiny random models) into a temporary directory: a smoke test, not results.
 
@@ -44,7 +48,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from benchmarks import bench_chunking, bench_prf, bench_quality, results
+from benchmarks import bench_chunking, bench_prf, bench_quality, bench_scale, results
 from benchmarks.machine import machine
 from benchmarks.render import relative
 from ragbench.experiment.latency import cpu_times, other_cpu_share
@@ -70,6 +74,7 @@ class Settings:
     runs: Path
     cache: str
     data: Path  # where tiny slices of the shared datasets are written
+    stores: tuple[str, ...] = ()  # the scale curve's indexes (empty: all)
 
     def scifact(self) -> Path:
         """SciFact, or its tiny slice."""
@@ -317,16 +322,16 @@ def wall(s: Settings) -> dict[str, Any]:
 
 
 def scale(s: Settings) -> dict[str, Any]:
-    """Exact, hnsw and BM25 at 10k, 100k and 1M synthetic chunks, plotted (``--full``; tiny:
-    1k and 3k chunks, the plot in the temporary directory)."""
-    from benchmarks import bench_scale
-
+    """Exact, hnsw, BM25 and bm25s alone (or ``--stores``) at 10k, 100k and 1M synthetic
+    chunks, plotted (``--full``; tiny: 1k and 3k chunks; the plot goes to the run directory
+    when tiny or restricted)."""
+    stores = s.stores or bench_scale.STORES
     if s.tiny:
-        found = bench_scale.measure(sizes=(1_000, 3_000), queries=4 * TINY_QUERIES)
-        path = s.runs / "scale.png"
+        found = bench_scale.measure((1_000, 3_000), 4 * TINY_QUERIES, stores=stores)
     else:
-        found = bench_scale.measure()
-        path = REPO / "benchmarks" / "scale.png"
+        found = bench_scale.measure(stores=stores)
+    whole = not (s.tiny or found["restricted"])
+    path = REPO / "benchmarks" / "scale.png" if whole else s.runs / "scale.png"
     found["plot"] = relative(bench_scale.plot(found, path))
     return found
 
@@ -408,6 +413,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=Path, default=None, help="where run directories go")
     parser.add_argument("--cache", type=Path, default=None, help="stage cache root")
     parser.add_argument("--only", nargs="+", choices=[n for n, _ in SECTIONS], default=[])
+    parser.add_argument(
+        "--stores", nargs="+", choices=bench_scale.STORES, default=[], help="scale curve indexes"
+    )
     args = parser.parse_args(argv)
 
     from ragbench.index.cache import default_cache_root
@@ -421,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs = temporary
     else:
         runs = REPO / "runs" / "bench"
-    settings = Settings(args.full, args.tiny, runs, cache, runs / "data")
+    settings = Settings(args.full, args.tiny, runs, cache, runs / "data", tuple(args.stores))
     cpu_start = cpu_times()
     started = time.perf_counter()
     try:
@@ -434,6 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f" --{flag}" for flag in ("full", "tiny") if getattr(args, flag)
     )
     command += f" --only {' '.join(args.only)}" if args.only else ""
+    command += f" --stores {' '.join(args.stores)}" if args.stores else ""
     found = {
         "mode": "tiny" if args.tiny else "full" if args.full else "default",
         "command": command,

@@ -1,9 +1,12 @@
-"""Scale curve: the exact, hnsw and BM25 indexes from 10k to 1M chunks of synthetic text.
+"""Scale curve: the exact, hnsw and BM25 indexes from 10k to 1M chunks of synthetic text, and
+bm25s alone beside ragbench's BM25.
 
-``python -m benchmarks.bench_scale [--sizes N ...] [--queries N] [--hnsw-threads N] [--work DIR]
-[--plot FILE]`` prints, for every index and size, the build time, the peak memory, the p50 / p95
-latency of one query at a time, the size on disk (the index's ``save``), and the growth exponent
-of each column fitted by least squares on log-log axes; ``--plot`` draws the curves.
+``python -m benchmarks.bench_scale [--sizes N ...] [--stores S ...] [--queries N]
+[--hnsw-threads N] [--work DIR] [--plot FILE]`` prints, for every index (``--stores``: only
+those) and size, the build time, the peak memory, the p50 / p95 latency of one query at a time,
+the size on disk (the index's ``save``), and the growth exponent of each column fitted by least
+squares on log-log axes; ``--plot`` draws the curves. With both ``bm25`` and ``bm25s``, it also
+prints ragbench's BM25 over bm25s alone (``benchmarks.bm25s_alone``) and their top-10 agreement.
 
 The corpus is seeded synthetic text of realistic length: 100–200 words per passage (uniform),
 drawn from a Zipf–Mandelbrot distribution (p(r) ∝ 1 / (r + 2.7)) over a vocabulary of a million
@@ -14,14 +17,15 @@ corpus is a prefix of a larger one. Queries: 3–10 words from the same distribu
 Dense vectors come from the ``hashing`` embedder (384 dimensions), embedded once for the largest
 size into a raw float32 file (the embedding time is reported, not charged to the stores). Each
 index at each size is then built in a fresh process (``--worker``) that reads its input batch by
-batch: dense stores read their vectors from the file, BM25 generates and tokenizes its texts
-(tokenizing is part of its build time). Peak memory is that process's resident-set high-water
-mark (``VmHWM``, reset after start-up through /proc/self/clear_refs) minus its resident size at
-that point: what building, querying and saving the index added. Latency is ``per_query`` (one
+batch: dense stores read their vectors from the file, BM25 (ragbench's and bm25s alone)
+generates and tokenizes its texts (tokenizing is part of its build time). Without a dense store,
+nothing is embedded. Peak memory is that process's resident-set high-water mark (``VmHWM``,
+reset after start-up through /proc/self/clear_refs) minus its resident size at that point: what
+building, querying and saving the index added. Latency is ``per_query`` (one
 query at a time, the engine's own per-query timing) after a warm-up pass, at k=10; dense
 latency excludes embedding the query. ``measure()`` returns the figures as a dict.
 
-``SCALE`` draws its RESULTS.md section.
+``SCALE`` draws its RESULTS.md section (``bm25s_alone.BM25S`` the comparison with bm25s).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from functools import cache
 from pathlib import Path
@@ -43,11 +47,13 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.render import Figures, Lines, num, part, percent, table
+from benchmarks import bm25s_alone
+from benchmarks.render import Figures, Lines, num, part, percent, ratio, status, table
 from ragbench.experiment.latency import cpu_times, other_cpu_share
 
 SIZES = (10_000, 100_000, 1_000_000)
-STORES = ("exact", "hnsw", "bm25")
+STORES = ("exact", "hnsw", "bm25", "bm25s")
+DENSE = ("exact", "hnsw")
 DIM = 384
 K = 10
 QUERIES = 300
@@ -212,20 +218,25 @@ def _dense(kind: str, work: Path, n: int, threads: int) -> tuple[Any, float]:
     return store, seconds
 
 
-def _bm25(corpus: Corpus, n: int, first_query: str) -> tuple[Any, float]:
-    """A BM25 index of the first ``n`` passages, and the seconds its adds and its build took
-    (the index builds lazily, on the first search)."""
+def _sparse(kind: str, corpus: Corpus, n: int, first_query: str) -> tuple[Any, float, Figures]:
+    """A BM25 index of the first ``n`` passages (ragbench's, or bm25s alone), the seconds its
+    adds and its build took (both build lazily, on the first search), and the passages' mean
+    words and characters (counted outside the timing)."""
     from ragbench.index.sparse import BM25Index
 
-    index = BM25Index()
+    index = BM25Index() if kind == "bm25" else bm25s_alone.Bm25sAlone()
     seconds = 0.0
+    words = chars = 0
     for ids, texts in corpus.batches(n):
         started = time.perf_counter()
         index.add(ids, texts)
         seconds += time.perf_counter() - started
+        words += sum(t.count(" ") + 1 for t in texts)
+        chars += sum(map(len, texts))
     started = time.perf_counter()
     index.search([first_query], K)
-    return index, seconds + time.perf_counter() - started
+    seconds += time.perf_counter() - started
+    return index, seconds, {"chunks": n, "mean_words": words / n, "mean_chars": chars / n}
 
 
 def run_worker(
@@ -235,19 +246,21 @@ def run_worker(
     from ragbench.retrieve.timed import per_query, percentiles_ms
 
     corpus = Corpus(seed)
-    if kind == "bm25":
-        texts = corpus.queries(WARM_UP + queries)
-        _ = vocabulary(), _cdf()  # part of the baseline, not of the index
-    else:
+    described: Figures = {}
+    if kind in DENSE:
         vectors = np.load(work / QUERY_VECTORS)
+    else:
+        texts = corpus.queries(WARM_UP + queries)
+        # part of the baseline, not of the index: the words, and the libraries both rows import
+        _ = vocabulary(), _cdf(), bm25s_alone.libraries()
     reset = _reset_peak()
     baseline_kb = _status_kb("VmRSS")
-    if kind == "bm25":
-        index, build_s = _bm25(corpus, n, texts[0])
-        search = lambda s: index.search(texts[s], K)  # noqa: E731
-    else:
+    if kind in DENSE:
         index, build_s = _dense(kind, work, n, threads)
         search = lambda s: index.search(vectors[s], K)  # noqa: E731
+    else:
+        index, build_s, described = _sparse(kind, corpus, n, texts[0])
+        search = lambda s: index.search(texts[s], K)  # noqa: E731
     built_kb = _status_kb("VmHWM")
     ranking, seconds = per_query(search, WARM_UP + queries, K, warm_up=False)
     p50, p95 = percentiles_ms(seconds[WARM_UP:])  # the first WARM_UP queries warm up
@@ -271,6 +284,8 @@ def run_worker(
         "save_s": save_s,
         "peak_reset": reset,
         "top_ids": ranking.ids[WARM_UP:].tolist(),
+        "top_scores": ranking.scores[WARM_UP:].tolist(),
+        "corpus": described,
     }
 
 
@@ -309,40 +324,53 @@ def _recall(found: list[list[str]], truth: list[list[str]]) -> float:
     return float(np.mean(shares))
 
 
+def _one_size(work: Path, n: int, stores: Sequence[str], common: list[str]) -> list[Figures]:
+    """Every index of ``stores`` at ``n`` chunks, each in a fresh process; hnsw's recall against
+    exact search and bm25s alone's agreement with ragbench's BM25 when both ran."""
+    rows = []
+    tops: dict[str, tuple[list[list[str]], list[list[float]]]] = {}
+    for kind in stores:
+        args = ["--worker", kind, "--size", str(n), *common]
+        row, busy = _in_fresh_process(work, *args)
+        tops[kind] = row.pop("top_ids"), row.pop("top_scores")
+        if kind == "hnsw" and "exact" in tops:
+            row["recall_at_10"] = _recall(tops["hnsw"][0], tops["exact"][0])
+        if kind == "bm25s" and "bm25" in tops:
+            row["agreement"] = bm25s_alone.agreement(tops["bm25s"][0], *tops["bm25"])
+        if kind == "exact":  # the same search with numpy's default BLAS threads
+            again, _ = _in_fresh_process(work, *args, one_blas_thread=False)
+            row["p50_ms_default_blas"] = again["p50_ms"]
+        rows.append({**row, "other_cpu": busy})
+        print(f"[scale] {kind} {n:,}: {_line(row)}", file=sys.stderr, flush=True)
+    return rows
+
+
 def measure(
     sizes: Sequence[int] = SIZES,
     queries: int = QUERIES,
     hnsw_threads: int = HNSW_THREADS,
     work: Path | None = None,
     seed: int = 0,
+    stores: Sequence[str] = STORES,
 ) -> dict[str, Any]:
-    """Every index at every size, each in a fresh process; work files go to ``work`` (default: a
-    temporary directory, removed afterwards)."""
+    """Every index of ``stores`` at every size, each in a fresh process; work files go to
+    ``work`` (default: a temporary directory, removed afterwards)."""
     if work is None:
         with tempfile.TemporaryDirectory(prefix="ragbench-scale-") as tmp:
-            return measure(sizes, queries, hnsw_threads, Path(tmp), seed)
+            return measure(sizes, queries, hnsw_threads, Path(tmp), seed, stores)
     work.mkdir(parents=True, exist_ok=True)
-    sizes = sorted(sizes)
-    common = ["--queries", str(queries), "--seed", str(seed)]
+    sizes, stores = sorted(sizes), [kind for kind in STORES if kind in stores]
+    common = ["--queries", str(queries), "--seed", str(seed), "--hnsw-threads", str(hnsw_threads)]
     started = time.perf_counter()
-    corpus, _ = _in_fresh_process(work, "--worker", "embed", "--size", str(sizes[-1]), *common)
-    rows = []
-    for n in sizes:
-        truth = None
-        for kind in STORES:
-            args = ["--worker", kind, "--size", str(n), "--hnsw-threads", str(hnsw_threads)]
-            row, busy = _in_fresh_process(work, *args, *common)
-            top = row.pop("top_ids")
-            if kind == "exact":
-                truth = top
-            elif kind == "hnsw" and truth is not None:
-                row["recall_at_10"] = _recall(top, truth)
-            if kind == "exact":  # the same search with numpy's default BLAS threads
-                again, _ = _in_fresh_process(work, *args, *common, one_blas_thread=False)
-                row["p50_ms_default_blas"] = again["p50_ms"]
-            rows.append({**row, "other_cpu": busy})
-            print(f"[scale] {kind} {n:,}: {_line(row)}", file=sys.stderr, flush=True)
-    (work / VECTORS).unlink()
+    corpus = None
+    if set(stores) & set(DENSE):
+        args = ["--worker", "embed", "--size", str(sizes[-1]), *common]
+        corpus, _ = _in_fresh_process(work, *args)
+    rows = [row for n in sizes for row in _one_size(work, n, stores, common)]
+    (work / VECTORS).unlink(missing_ok=True)
+    counted = [row.pop("corpus") for row in rows]
+    if corpus is None:  # nothing embedded: the largest corpus as a BM25 worker counted it
+        corpus = counted[-1]
     fits = {
         kind: {
             column: exponent(
@@ -351,10 +379,12 @@ def measure(
             )
             for column in COLUMNS
         }
-        for kind in STORES
+        for kind in stores
     }
     return {
         "sizes": sizes,
+        "stores": stores,
+        "restricted": stores != list(STORES),
         "queries": queries,
         "warm_up": WARM_UP,
         "k": K,
@@ -363,6 +393,7 @@ def measure(
         "corpus": corpus,
         "rows": rows,
         "exponents": fits,
+        "bm25s": bm25s_alone.compare(rows),
         "seconds": time.perf_counter() - started,
     }
 
@@ -386,7 +417,7 @@ def plot(found: dict[str, Any], path: Path) -> Path:
     }
     figure = Figure(figsize=(10, 7.5), layout="constrained")
     for axes, column in zip(figure.subplots(2, 2).flat, COLUMNS, strict=True):
-        for kind in STORES:
+        for kind in found["stores"]:
             rows = [r for r in found["rows"] if r["store"] == kind and r[column] > 0]
             slope = found["exponents"][kind][column]
             label = kind if slope is None else f"{kind} (n^{slope:.2f})"
@@ -417,7 +448,8 @@ HASHING_RECALL = (
 )
 MEASURED = (
     "Build: the stores' `add` calls over vectors read batch by batch (dense), or `add` of "
-    "the texts (tokenizing included) plus the lazy build on the first search (BM25). Peak "
+    "the texts (tokenizing included) plus the lazy build on the first search (BM25, and "
+    "bm25s alone: see the next section). Peak "
     "memory: the process's resident high-water mark (`VmHWM`, reset after start-up) minus "
     "its resident size before the build, over build, queries and `save`. Query latency: "
     "{queries} queries one at a time through `per_query` after {warm_up} warm-up queries; "
@@ -431,7 +463,7 @@ MEASURED = (
 def _rows(section: Figures) -> list[tuple[str, ...]]:
     """Every index at every size, then its growth exponents."""
     rows = section["rows"]
-    out = []
+    out: list[tuple[str, ...]] = []
     for kind in dict.fromkeys(r["store"] for r in rows):
         out += [
             (
@@ -454,45 +486,61 @@ def _rows(section: Figures) -> list[tuple[str, ...]]:
 
 
 def _corpus(section: Figures) -> str:
-    """The synthetic corpus, its vectors and how the indexes were built."""
+    """The synthetic corpus, its vectors (if embedded) and how the indexes were built."""
     corpus = section["corpus"]
-    return (
+    text = (
         f"{num(corpus['chunks'])} passages of seeded synthetic text (mean "
         f"{corpus['mean_words']:.0f} words, {corpus['mean_chars']:.0f} characters; words drawn "
         "from a Zipf–Mandelbrot distribution over a million-word vocabulary, Lucene's English "
-        "stop set at the top), smaller corpora being prefixes of the largest; dense vectors from "
-        f"the `hashing` embedder, {section['dim']} dimensions (embedding "
-        f"{num(corpus['chunks'])} passages took {corpus['embed_wall_s']:.0f} s with "
-        f"{corpus['processes']} processes, {corpus['chunks'] / corpus['embed_s']:.0f} "
-        "passages/s per process; not counted in the build times). Each index at each size was "
-        "built, queried and saved in a fresh process; "
-        f"**hnsw was built with {section['hnsw_threads']} threads** (`HnswConfig.threads`; "
+        "stop set at the top), smaller corpora being prefixes of the largest"
+    )
+    if "embed_s" in corpus:
+        text += (
+            f"; dense vectors from the `hashing` embedder, {section['dim']} dimensions "
+            f"(embedding {num(corpus['chunks'])} passages took {corpus['embed_wall_s']:.0f} s "
+            f"with {corpus['processes']} processes, {corpus['chunks'] / corpus['embed_s']:.0f} "
+            "passages/s per process; not counted in the build times)"
+        )
+    text += ". Each index at each size was built, queried and saved in a fresh process"
+    if "hnsw" not in section["stores"]:
+        return text + "."
+    return text + (
+        f"; **hnsw was built with {section['hnsw_threads']} threads** (`HnswConfig.threads`; "
         "faster, but two builds may differ — the default, 1 thread, builds the same graph every "
         "time), with the other defaults (M=16, ef_construction=200, ef_search=100)."
     )
 
 
 def _asides(rows: list[Figures]) -> Lines:
-    """Exact search with default BLAS threads, hnsw's recall and the build's own peak memory."""
+    """Exact search with default BLAS threads, hnsw's recall (each when measured) and the
+    build's own peak memory."""
     exact = [r for r in rows if r["store"] == "exact"]
-    hnsw = [r for r in rows if r["store"] == "hnsw"]
+    hnsw = [r for r in rows if r["store"] == "hnsw" and "recall_at_10" in r]
     builds = (
         f"{kind} "
         + ", ".join(f"{num(r['build_peak_mb'], 0)} MB" for r in rows if r["store"] == kind)
         for kind in dict.fromkeys(r["store"] for r in rows)
     )
-    return [
-        "- Exact search one query at a time with numpy's default BLAS threads instead of one: "
-        + ", ".join(
-            f"p50 {num(r['p50_ms_default_blas'], 3)} ms at {num(r['chunks'])} chunks" for r in exact
+    lines = []
+    if exact:
+        lines.append(
+            "- Exact search one query at a time with numpy's default BLAS threads instead of "
+            "one: "
+            + ", ".join(
+                f"p50 {num(r['p50_ms_default_blas'], 3)} ms at {num(r['chunks'])} chunks"
+                for r in exact
+            )
+            + "."
         )
-        + ".",
-        "- hnsw recall@10 against exact search, same queries: "
-        + ", ".join(f"{num(r['recall_at_10'], 3)} at {num(r['chunks'])}" for r in hnsw)
-        + ". "
-        + HASHING_RECALL,
-        "- Peak memory of the build alone (before queries and `save`): " + "; ".join(builds) + ".",
-    ]
+    if hnsw:
+        lines.append(
+            "- hnsw recall@10 against exact search, same queries: "
+            + ", ".join(f"{num(r['recall_at_10'], 3)} at {num(r['chunks'])}" for r in hnsw)
+            + ". "
+            + HASHING_RECALL
+        )
+    builds_line = "; ".join(builds)
+    return [*lines, f"- Peak memory of the build alone (before queries and `save`): {builds_line}."]
 
 
 def draw(section: Figures) -> Lines:
@@ -524,13 +572,24 @@ def draw(section: Figures) -> Lines:
     return lines
 
 
-SCALE = part("scale", "Scale curve: exact, hnsw and BM25 from 10k to 1M chunks", draw)
+def _every_store(sections: Mapping[str, Figures]) -> bool:
+    """Whether the scale section measured every index (a failed or skipped one counts: its
+    block says so)."""
+    section = sections.get("scale")
+    if status(section) is not None:
+        return True
+    assert section is not None
+    return not section["restricted"]
+
+
+SCALE = part("scale", "Scale curve: exact, hnsw and BM25 from 10k to 1M chunks", draw, _every_store)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the curve (or, with ``--worker``, one index) and print its figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument("--stores", nargs="+", choices=STORES, default=list(STORES))
     parser.add_argument("--queries", type=int, default=QUERIES)
     parser.add_argument("--hnsw-threads", type=int, default=HNSW_THREADS)
     parser.add_argument("--seed", type=int, default=0)
@@ -549,7 +608,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(found))
         return 0
     cpu = cpu_times()
-    found = measure(args.sizes, args.queries, args.hnsw_threads, args.work, args.seed)
+    found = measure(args.sizes, args.queries, args.hnsw_threads, args.work, args.seed, args.stores)
     busy = other_cpu_share(cpu, cpu_times(), found["seconds"])
     print(f"{'index':6} {'chunks':>10} {'build s':>9} {'peak MB':>8} {'p50 ms':>8} {'disk MB':>8}")
     for r in found["rows"]:
@@ -560,6 +619,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for kind, fits in found["exponents"].items():
         shown = "  ".join(f"{c} {'–' if v is None else f'{v:.2f}'}" for c, v in fits.items())
         print(f"{kind:6} growth exponents: {shown}")
+    for pair in found["bm25s"]:
+        shown = "  ".join(f"{c} {ratio(v)}" for c, v in pair["ratios"].items())
+        agree = pair["bm25s"]["agreement"]
+        print(
+            f"bm25 / bm25s at {pair['chunks']:,}: {shown}  top-10 agreement "
+            f"{percent(agree['top'])}, ties aside {percent(agree['ties_aside'])}"
+        )
     share = "–" if busy is None else f"{100 * busy:.0f}%"
     print(f"total {found['seconds']:.0f} s; other processes used {share} of the machine's CPU")
     if args.plot:

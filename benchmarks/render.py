@@ -22,17 +22,29 @@ Figures = dict[str, Any]
 Lines = list[str]
 
 
+def _whole(sections: Mapping[str, Figures]) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class Part:
     """One ``###`` block of RESULTS.md: its heading, the sections whose figures it reads (it is
-    drawn again only when all of them ran) and how its lines below the stamp are drawn."""
+    drawn again only when all of them ran), how its lines below the stamp are drawn, and
+    whether a run's figures are all the block shows (when a run measured only some of it, e.g.
+    some of a benchmark's rows, ``--only`` keeps the block it would replace)."""
 
     heading: str
     keys: tuple[str, ...]
     draw: Callable[[Mapping[str, Figures]], Lines]
+    complete: Callable[[Mapping[str, Figures]], bool] = _whole
 
 
-def part(key: str, heading: str, draw: Callable[[Figures], Lines]) -> Part:
+def part(
+    key: str,
+    heading: str,
+    draw: Callable[[Figures], Lines],
+    complete: Callable[[Mapping[str, Figures]], bool] = _whole,
+) -> Part:
     """A block drawn from one section's figures, or the line saying why it has none."""
 
     def drawn(sections: Mapping[str, Figures]) -> Lines:
@@ -43,7 +55,7 @@ def part(key: str, heading: str, draw: Callable[[Figures], Lines]) -> Part:
         assert section is not None  # status() has a line for a missing section
         return draw(section)
 
-    return Part(f"### {heading}", (key,), drawn)
+    return Part(f"### {heading}", (key,), drawn, complete)
 
 
 # ---------------------------------------------------------------- cells

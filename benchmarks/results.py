@@ -30,6 +30,7 @@ from benchmarks import (
     bench_scale,
     bench_serve,
     bench_wall,
+    bm25s_alone,
     machine,
 )
 from benchmarks.render import Lines, Part, num, status, table
@@ -59,6 +60,7 @@ GROUPS: dict[str, list[Part]] = {
         bench_serve.SERVE,
         bench_wall.WALL,
         bench_scale.SCALE,
+        bm25s_alone.BM25S,
         bench_dask.DASK,
     ],
 }
@@ -129,6 +131,8 @@ def _regenerate() -> Lines:
         "                                        # cross-encoder, scale curve to 1M chunks,",
         "                                        # Dask executor",
         "python -m benchmarks --full --only prf window   # those sections, replaced in place",
+        "python -m benchmarks --full --only scale --stores bm25 bm25s   # BM25 against bm25s",
+        "                                        # alone at scale (the scale curve is kept)",
         "python -m benchmarks --tiny --out tiny.md   # smoke test on tiny slices",
         "python -m benchmarks.bench_retrieval    # one benchmark on its own; also bench_metrics,",
         "                                        # bench_engine, bench_embed, bench_rerank,",
@@ -234,11 +238,14 @@ def _table_rows(block: Lines) -> dict[str, list[str]]:
 
 def update(results: dict[str, Any], path: Path, selected: Sequence[str]) -> Path:
     """Draw again, in the RESULTS.md at ``path``, the sections whose measurements are all in
-    ``selected`` (and their rows of the overview); every other part keeps its text verbatim."""
+    ``selected`` and complete (and their rows of the overview); every other part keeps its
+    text verbatim, and so does a part the run measured only some of, when the file has it."""
     blocks = _blocks(path.read_text(encoding="utf-8"))
+    headings = [b[0] if b else "" for b in blocks]
     for group, members in GROUPS.items():
         for i, part in enumerate(members):
-            if set(part.keys) <= set(selected):
+            partial = part.heading in headings and not part.complete(results["sections"])
+            if set(part.keys) <= set(selected) and not partial:
                 _put(blocks, _draw(part, results), [group, *(p.heading for p in members[:i])])
     headings = [b[0] if b else "" for b in blocks]
     kept = _table_rows(blocks[headings.index(OVERVIEW)]) if OVERVIEW in headings else {}

@@ -297,8 +297,89 @@ def test_bench_scale_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     argv = ["--sizes", "300", "600", "--queries", "5", "--work", str(tmp_path / "work")]
     assert bench_scale.main([*argv, "--plot", str(plot)]) == 0
     out = capsys.readouterr().out
-    rows = re.findall(r"^(exact|hnsw|bm25)\s+(300|600)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)$", out, re.M)
-    assert len(rows) == 6 and all(_is_number(c) for r in rows for c in r[2:]), out
-    assert out.count("growth exponents") == 3
+    row = r"^(exact|hnsw|bm25s?)\s+(300|600)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)$"
+    rows = re.findall(row, out, re.M)
+    assert len(rows) == 8 and all(_is_number(c) for r in rows for c in r[2:]), out
+    assert out.count("growth exponents") == 4
+    ratios = re.findall(r"^bm25 / bm25s at (300|600): .* top-10 agreement (\d+)%", out, re.M)
+    assert [r[0] for r in ratios] == ["300", "600"], out
     assert plot.read_bytes().startswith(b"\x89PNG")
     assert sorted(p.name for p in (tmp_path / "work").iterdir()) == [bench_scale.QUERY_VECTORS]
+
+
+def test_bench_scale_some_stores_only_and_the_scale_curve_kept(tmp_path: Path) -> None:
+    """``--stores bm25 bm25s`` measures those two (nothing embedded); ``--only scale`` then
+    draws their comparison and keeps the scale curve an earlier run wrote."""
+    from benchmarks import bench_scale, bm25s_alone, results
+
+    found = bench_scale.measure((300,), 5, work=tmp_path / "work", stores=["bm25s", "bm25"])
+    assert [r["store"] for r in found["rows"]] == ["bm25", "bm25s"] and found["restricted"]
+    assert not list((tmp_path / "work").iterdir())  # no vectors
+    assert found["corpus"]["chunks"] == 300 and found["corpus"]["mean_words"] > 100
+    (pair,) = found["bm25s"]
+    assert set(pair["ratios"]) == {"build_s", "peak_mb", "p50_ms"}
+    assert pair["bm25s"]["agreement"]["ties_aside"] == 1.0
+    curve = [bench_scale.SCALE.heading, "", "Measured by an earlier run.", "", "| index |"]
+    out = tmp_path / "RESULTS.md"
+    out.write_text("\n".join(["# results", "", "## Speed", "", *curve]) + "\n", encoding="utf-8")
+    run = {
+        "command": "python -m benchmarks --full --only scale --stores bm25 bm25s",
+        "machine": {"commit": "abc1234", "dirty": False, "date": "2026-01-01 00:00 UTC"},
+        "other_cpu": 0.0,
+        "sections": {"scale": {**found, "_seconds": 1.0}},
+    }
+    text = results.update(run, out, ["scale"]).read_text(encoding="utf-8")
+    assert "\n".join(curve) + "\n\n" + bm25s_alone.BM25S.heading in text
+    rows = _table(text, bm25s_alone.BM25S.heading)
+    assert len(rows) == 1 and rows[0][0] == "300" and all(_is_number(c) for c in rows[0]), rows
+    assert "`--stores bm25 bm25s`" in text and "Measured by `python -m benchmarks" in text
+
+
+@pytest.mark.parametrize("corpus", ["synthetic", "scifact"])
+def test_ragbench_bm25_and_bm25s_alone_give_the_same_top_10(corpus: str) -> None:
+    """ragbench's BM25 and bm25s used alone, as the scale benchmark runs them (real bm25s):
+    the same top-10, documents tied at the 10th score aside, ranked by the same scores (up to
+    the (k1 + 1) factor bm25s leaves out; equal scores in any order)."""
+    import numpy as np
+
+    from benchmarks import bench_scale, bm25s_alone
+    from ragbench.index.sparse import BM25Config, BM25Index
+
+    if corpus == "synthetic":
+        source = bench_scale.Corpus(5, batch=500)
+        batches, queries = list(source.batches(3000)), source.queries(100)
+    else:
+        batches, queries = _scifact_batches(require(SCIFACT), 3000, 100)
+    ours, alone = BM25Index(), bm25s_alone.Bm25sAlone()
+    for ids, texts in batches:
+        ours.add(ids, texts)
+        alone.add(ids, texts)
+    a, b = ours.search(queries, 10), alone.search(queries, 10)
+    assert (a.ids != "").sum() > 500  # not vacuous
+    for q in range(len(queries)):
+        hits = a.ids[q] != ""
+        assert (b.ids[q] != "").sum() == hits.sum(), queries[q]
+        expected = a.scores[q][hits] / (BM25Config().k1 + 1)
+        np.testing.assert_allclose(b.scores[q][hits], expected, rtol=1e-5)
+        kth = expected.min() if hits.all() else -np.inf
+        above = a.ids[q][hits][expected > kth * (1 + 1e-5)]
+        assert set(b.ids[q][: len(above)]) == set(above), queries[q]  # order: by the scores
+    found = bm25s_alone.agreement(b.ids.tolist(), a.ids.tolist(), a.scores.tolist())
+    assert found["ties_aside"] == 1.0 and found["top"] > 0.95
+
+
+def _scifact_batches(
+    path: Path, n_docs: int, n_queries: int
+) -> tuple[list[tuple[list[str], list[str]]], list[str]]:
+    """The first ``n_docs`` SciFact abstracts (title and text) in batches of 1000, and the
+    first ``n_queries`` queries."""
+    import gzip
+    import json
+
+    with gzip.open(path / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
+        docs = [json.loads(line) for _, line in zip(range(n_docs), f, strict=False)]
+    with open(path / "queries.jsonl", encoding="utf-8") as f:
+        queries = [json.loads(line)["text"] for _, line in zip(range(n_queries), f, strict=False)]
+    ids, texts = [d["_id"] for d in docs], [f"{d['title']} {d['text']}" for d in docs]
+    batches = [(ids[i : i + 1000], texts[i : i + 1000]) for i in range(0, n_docs, 1000)]
+    return batches, queries

@@ -4,7 +4,7 @@ import pytest
 
 from ragbench.errors import ConfigError
 from ragbench.registry import format_validation_error
-from ragbench.text.tokenize import TokenizerConfig, WordTokenizer, token_counter
+from ragbench.text.tokenize import TokenizerConfig, Vocabulary, WordTokenizer, token_counter
 
 TEXT = "The Running dogs are RUNNING into the retrieval-augmented Generation of 2024"
 
@@ -75,12 +75,34 @@ def test_counts_match_the_reference_tokenizers() -> None:
 def test_a_corpus_tokenized_again_gives_the_same_terms_per_tokenizer() -> None:
     corpus = [f"Running dogs {i} and the cats were jumping" for i in range(300)]
     stemmed, plain = WordTokenizer(), WordTokenizer(TokenizerConfig(stemmer=None))
-    first = stemmed.tokenize_corpus(corpus)
-    assert first == [stemmed.tokenize(t) for t in corpus]
-    assert first[0] == ["run", "dog", "0", "cat", "were", "jump"]
-    assert plain.tokenize_corpus(corpus)[0] == ["running", "dogs", "0", "cats", "were", "jumping"]
-    again = WordTokenizer().tokenize_corpus(list(corpus))
-    assert again == first and again is not first
+    vocab = Vocabulary()
+    first = stemmed.tokenize_corpus(corpus, vocab)
+    assert [vocab.decode(ids) for ids in first] == [stemmed.tokenize(t) for t in corpus]
+    assert vocab.decode(first[0]) == ["run", "dog", "0", "cat", "were", "jump"]
+    words = Vocabulary()
+    assert words.decode(plain.tokenize_corpus(corpus, words)[0]) == [
+        *("running", "dogs", "0", "cats", "were", "jumping")
+    ]
+    again_vocab = Vocabulary()
+    again = WordTokenizer().tokenize_corpus(list(corpus), again_vocab)
+    assert again == first and again is not first and again_vocab.terms == vocab.terms
     assert again[0] is first[0]  # not tokenized again
     changed = [*corpus[:-1], "Flying birds"]
-    assert WordTokenizer().tokenize_corpus(changed)[-1] == ["fli", "bird"]
+    fresh = Vocabulary()
+    assert fresh.decode(WordTokenizer().tokenize_corpus(changed, fresh)[-1]) == ["fli", "bird"]
+
+
+def test_tokenize_corpus_numbers_new_terms_and_stems_each_word_once() -> None:
+    tokenizer, vocab = WordTokenizer(), Vocabulary()
+    first = tokenizer.tokenize_corpus(["Dogs run", "the dog RUNS"], vocab)
+    assert vocab.terms == ["dog", "run"] and first == [[0, 1], [0, 1]]
+    assert vocab.words == {"dogs": 0, "run": 1, "the": -1, "dog": 0, "runs": 1}
+    more = tokenizer.tokenize_corpus(["running cats", "a dog"], vocab)  # a vocabulary in use
+    assert more == [[1, 2], [0]] and vocab.terms == ["dog", "run", "cat"]
+    assert [tokenizer.tokenize(t) for t in ["running cats", "a dog"]] == [
+        vocab.decode(ids) for ids in more
+    ]
+    kept = vocab.keep([0, 2])  # "run" is in no text any more
+    assert kept == {0: 0, 2: 1} and vocab.terms == ["dog", "cat"] and vocab.ids["cat"] == 1
+    assert "running" not in vocab.words and vocab.words["cats"] == 1
+    assert tokenizer.tokenize_corpus(["runs"], vocab) == [[2]] and vocab.terms[2] == "run"

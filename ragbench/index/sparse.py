@@ -1,7 +1,8 @@
 """BM25 over chunk ids, with two backends: ``bm25s`` (fast, default) and ``rank_bm25`` (reference).
 
 Texts become terms through ragbench's :class:`WordTokenizer`, so both backends see identical
-terms. The index keeps the tokenized corpus; adds and deletes re-index lazily on the next search.
+terms. The index keeps the tokenized corpus as term ids over one :class:`Vocabulary` (bm25s
+indexes those ids as they are); adds and deletes re-index lazily on the next search.
 
 Scoring conventions, shared by both backends so that their scores agree:
 
@@ -37,7 +38,7 @@ from pydantic import Field, model_validator
 from ragbench.errors import DataError
 from ragbench.index.filters import matches
 from ragbench.registry import ComponentConfig, components
-from ragbench.text.tokenize import TokenizerConfig, WordTokenizer
+from ragbench.text.tokenize import TokenizerConfig, Vocabulary, WordTokenizer
 from ragbench.types import Ranking
 
 __all__ = ["BM25Config", "BM25Index"]
@@ -117,7 +118,8 @@ class _Bm25sEngine:
     def build(
         cls, config: BM25Config, vocab: dict[str, int], token_ids: list[list[int]]
     ) -> _Bm25sEngine:
-        """Index a corpus given as term ids over ``vocab``, bm25s' token-id input."""
+        """Index a corpus given as term ids over ``vocab`` (term → id, every term in some
+        text), bm25s' token-id input; bm25s keeps ``vocab`` itself, not a copy."""
         model = bm25s.BM25(k1=config.k1, b=config.b, delta=config.delta, method=config.variant)
         model.index((token_ids, vocab), create_empty_token=False, show_progress=False)
         if config.variant in ("robertson", "lucene"):
@@ -248,12 +250,14 @@ class BM25Index:
         self._tokenizer = WordTokenizer(self.config.tokenizer)
         self._ids: list[str] = []
         self._meta: list[Mapping[str, Any]] = []
-        self._tokens: list[list[str]] = []
+        self._vocab = Vocabulary()
+        self._docs: list[list[int]] = []  # term ids of each text, over self._vocab
+        self._saved: tuple[np.ndarray, np.ndarray] | None = None  # _docs as ``load`` read them
         self._position: dict[str, int] = {}
         self._engine: _Engine | None = None
         self._id_array = np.empty(0, dtype=object)
-        self._term_id_cache: tuple[dict[str, int], list[list[int]]] | None = None
         self._stale = False
+        self._dropped = False  # a text was deleted or replaced: some terms may be in no text
 
     def count(self) -> int:
         """Number of indexed texts."""
@@ -266,18 +270,21 @@ class BM25Index:
         """Index ``texts`` under ``ids``; an id already present is replaced."""
         if len(texts) != len(ids) or (metadata is not None and len(metadata) != len(ids)):
             raise DataError("ids, texts and metadata must have the same length")
-        tokens = self._tokenizer.tokenize_corpus(texts)
+        docs = self._corpus()
+        new = self._tokenizer.tokenize_corpus(texts, self._vocab)
+        no_metadata: Mapping[str, Any] = {}  # shared by the texts without any, never changed
         for i, id_ in enumerate(ids):
-            meta = dict(metadata[i]) if metadata is not None else {}
+            meta = dict(metadata[i]) if metadata is not None else no_metadata
             pos = self._position.get(id_)
             if pos is None:
                 self._position[id_] = len(self._ids)
                 self._ids.append(id_)
                 self._meta.append(meta)
-                self._tokens.append(tokens[i])
+                docs.append(new[i])
             else:
-                self._meta[pos], self._tokens[pos] = meta, tokens[i]
-        self._stale, self._term_id_cache = True, None
+                self._meta[pos], docs[pos] = meta, new[i]
+                self._dropped = True
+        self._stale = True
 
     def delete(self, ids: Sequence[str]) -> None:
         """Remove ``ids`` (unknown ids are ignored)."""
@@ -285,20 +292,35 @@ class BM25Index:
         if not gone:
             return
         keep = [p for p in range(self.count()) if p not in gone]
+        docs = self._corpus()
         self._ids = [self._ids[p] for p in keep]
         self._meta = [self._meta[p] for p in keep]
-        self._tokens = [self._tokens[p] for p in keep]
+        self._docs = [docs[p] for p in keep]
         self._position = {id_: p for p, id_ in enumerate(self._ids)}
-        self._stale, self._term_id_cache = True, None
+        self._stale = self._dropped = True
 
-    def _term_ids(self) -> tuple[dict[str, int], list[list[int]]]:
-        """The corpus as term ids over its own vocabulary (terms numbered in order of first
-        appearance), computed once per corpus: bm25s indexes them and ``save`` writes them."""
-        if self._term_id_cache is None:
-            vocab: dict[str, int] = {}
-            ids = [[vocab.setdefault(t, len(vocab)) for t in doc] for doc in self._tokens]
-            self._term_id_cache = (vocab, ids)
-        return self._term_id_cache
+    def _corpus(self) -> list[list[int]]:
+        """The term ids of every text (an index read by ``load`` splits its arrays now)."""
+        if self._saved is not None:
+            flat, offsets = self._saved
+            self._saved = None
+            shared = list(range(len(self._vocab)))  # one int object per id, as tokenizing gives
+            pick = shared.__getitem__
+            bounds = pairwise(offsets.tolist())
+            self._docs = [list(map(pick, flat[a:b].tolist())) for a, b in bounds]
+        return self._docs
+
+    def _compact(self) -> list[list[int]]:
+        """The corpus, after dropping the vocabulary's terms that no text has any more (bm25s
+        must not see a term without documents: bm25+'s idf divides by its frequency)."""
+        docs = self._corpus()
+        if self._dropped:
+            self._dropped = False
+            used = set(chain.from_iterable(docs))
+            if len(used) < len(self._vocab):
+                new = self._vocab.keep(sorted(used))
+                self._docs = docs = [[new[i] for i in doc] for doc in docs]
+        return docs
 
     def _built(self) -> _Engine | None:
         """The backend index over the current corpus (None when no text has a term)."""
@@ -306,11 +328,13 @@ class BM25Index:
             self._stale = False
             self._id_array = np.array(self._ids, dtype=object)
             self._engine = None
-            if any(self._tokens):
+            docs = self._compact()
+            if any(docs):
                 if self.config.backend == "bm25s":
-                    self._engine = _Bm25sEngine.build(self.config, *self._term_ids())
+                    self._engine = _Bm25sEngine.build(self.config, self._vocab.ids, docs)
                 else:
-                    self._engine = _RankBm25Engine(self.config, self._tokens)
+                    terms = [self._vocab.decode(doc) for doc in docs]
+                    self._engine = _RankBm25Engine(self.config, terms)
         return self._engine
 
     def search(
@@ -349,7 +373,8 @@ class BM25Index:
 
     def document_terms(self, ids: Sequence[str]) -> list[list[str]]:
         """The terms of the indexed texts ``ids`` (unknown ids: no terms)."""
-        return [self._tokens[self._position[i]] if i in self._position else [] for i in ids]
+        docs, at = self._corpus(), self._position
+        return [self._vocab.decode(docs[at[i]]) if i in at else [] for i in ids]
 
     def search_weighted(
         self,
@@ -394,12 +419,10 @@ class BM25Index:
         directory = Path(path)
         directory.mkdir(parents=True, exist_ok=True)
         engine = self._built()
-        vocab, ids = self._term_ids()
-        flat = np.fromiter(chain.from_iterable(ids), dtype=np.int32)
-        offsets = np.cumsum([0, *map(len, ids)], dtype=np.int64)
+        flat, offsets = self._arrays()
         np.save(directory / "tokens.npy", flat, allow_pickle=False)
         np.save(directory / "offsets.npy", offsets, allow_pickle=False)
-        _write_json(directory / "vocab.json", list(vocab))
+        _write_json(directory / "vocab.json", self._vocab.terms)
         state = {
             "config": self.config.model_dump(mode="json"),
             "ids": self._ids,
@@ -419,11 +442,10 @@ class BM25Index:
         directory = Path(path)
         state = json.loads((directory / "index.json").read_text(encoding="utf-8"))
         index = cls(BM25Config.model_validate(state["config"]))
-        vocab = np.array(json.loads((directory / "vocab.json").read_text(encoding="utf-8")))
+        terms = json.loads((directory / "vocab.json").read_text(encoding="utf-8"))
+        index._vocab = Vocabulary(terms)
         flat = np.load(directory / "tokens.npy", allow_pickle=False)
-        offsets = np.load(directory / "offsets.npy", allow_pickle=False).tolist()
-        terms = vocab[flat].tolist() if len(flat) else []
-        index._tokens = [terms[a:b] for a, b in pairwise(offsets)]
+        index._saved = flat, np.load(directory / "offsets.npy", allow_pickle=False)
         index._ids = state["ids"]
         index._meta = state["metadata"]
         index._position = {id_: p for p, id_ in enumerate(index._ids)}
@@ -431,6 +453,17 @@ class BM25Index:
         if (directory / "bm25s").is_dir():
             index._built_from(_Bm25sEngine.load(directory / "bm25s", mmap))
         return index
+
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The corpus as ``save`` writes it: every text's term ids in one array, and where
+        each text starts in it (and the end)."""
+        if self._saved is not None:
+            return self._saved
+        docs = self._docs
+        offsets = np.zeros(len(docs) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, docs), np.int64, len(docs)), out=offsets[1:])
+        flat = np.fromiter(chain.from_iterable(docs), np.int32, int(offsets[-1]))
+        return flat, offsets
 
     def _built_from(self, engine: _Engine) -> None:
         """Use a loaded backend index for the current corpus instead of re-indexing."""

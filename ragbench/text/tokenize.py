@@ -1,9 +1,12 @@
 """Word tokenization for BM25 and size measurement (chars, words, model tokens) for chunkers.
 
 ``WordTokenizer`` is configured by a frozen ``TokenizerConfig`` (lowercase, regex, stopwords,
-Snowball stemming via PyStemmer) whose ``key()`` enters cache keys. ``token_counter`` returns a
-``TokenCounter`` for a chunk-size unit: characters, whitespace words, any Hugging Face tokenizer
-(default: the embedding model's), or OpenAI's cl100k (bundled offline by ``bpe-openai``).
+Snowball stemming via PyStemmer) whose ``key()`` enters cache keys. It turns a text into terms,
+or a corpus straight into term ids over a ``Vocabulary`` that also remembers each distinct word's
+term, so a corpus stems every distinct word once, however often it occurs (what BM25 indexes).
+``token_counter`` returns a ``TokenCounter`` for a chunk-size unit: characters, whitespace words,
+any Hugging Face tokenizer (default: the embedding model's), or OpenAI's cl100k (bundled offline
+by ``bpe-openai``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ragbench.registry import ConfigModel
 __all__ = [
     "ENGLISH_STOPWORDS",
     "TokenizerConfig",
+    "Vocabulary",
     "WordTokenizer",
     "token_counter",
 ]
@@ -40,10 +44,12 @@ ENGLISH_STOPWORDS: frozenset[str] = frozenset(
 
 Unit = Literal["chars", "tokens", "words"]
 
-# Corpora tokenized recently, per tokenizer: a sweep builds one BM25 index per (k1, b) over the
-# same chunks, and tokenizing (regex, stopwords, stemming) is most of each build.
+# Corpora tokenized recently into an empty vocabulary, per tokenizer: the texts, the terms they
+# numbered and their term ids. A sweep builds one BM25 index per (k1, b) over the same chunks,
+# and tokenizing is a large part of each build.
 _RECENT_CORPORA = 4
-_recent: OrderedDict[tuple[str, int], tuple[tuple[str, ...], list[list[str]]]] = OrderedDict()
+_Recent = tuple[tuple[str, ...], tuple[str, ...], list[list[int]]]
+_recent: OrderedDict[tuple[str, int], _Recent] = OrderedDict()
 _recent_lock = threading.Lock()
 
 
@@ -83,6 +89,41 @@ class TokenizerConfig(ConfigModel):
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+class Vocabulary:
+    """Terms numbered from 0 in order of first appearance, and the term id of every word seen by
+    the one tokenizer that fills it (-1 for a word it drops: a stopword, a word too short)."""
+
+    def __init__(self, terms: Iterable[str] = ()) -> None:
+        self.terms: list[str] = list(terms)
+        self.ids: dict[str, int] = {t: i for i, t in enumerate(self.terms)}
+        self.words: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.terms)
+
+    def add(self, term: str) -> int:
+        """The id of ``term``, numbered next if it is new."""
+        found = self.ids.get(term)
+        if found is None:
+            found = self.ids[term] = len(self.terms)
+            self.terms.append(term)
+        return found
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        """The terms of ``ids``."""
+        terms = self.terms
+        return [terms[i] for i in ids]
+
+    def keep(self, kept: Sequence[int]) -> dict[int, int]:
+        """Keep only the terms ``kept`` (ids, ascending), numbered again in that order; returns
+        each kept term's old id → new id. Words of dropped terms are forgotten."""
+        self.terms = [self.terms[i] for i in kept]
+        self.ids = {t: i for i, t in enumerate(self.terms)}
+        new = dict(zip(kept, self.ids.values(), strict=True))
+        self.words = {w: new[i] for w, i in self.words.items() if i in new}
+        return new
+
+
 class WordTokenizer:
     """Lowercase → regex split → stopword removal → stemming, as configured."""
 
@@ -117,23 +158,52 @@ class WordTokenizer:
         """Terms of many texts."""
         return [self.tokenize(t) for t in texts]
 
-    def tokenize_corpus(self, texts: Iterable[str]) -> list[list[str]]:
-        """Terms of the texts of a corpus to index. A corpus tokenized by an equal tokenizer
-        among the last few is not tokenized again (the term lists are shared: callers must not
-        mutate them)."""
+    def tokenize_corpus(self, texts: Iterable[str], vocab: Vocabulary) -> list[list[int]]:
+        """The term ids of the texts of a corpus to index, over ``vocab``, which numbers their new
+        terms. A corpus tokenized by an equal tokenizer into an empty vocabulary, among the last
+        few, is not tokenized again: ``vocab`` gets its terms and the id lists are shared
+        (callers must not mutate them)."""
         batch = tuple(texts)
+        if len(vocab):
+            return [self._term_ids(text, vocab) for text in batch]
         slot = (self._key, hash(batch))
         with _recent_lock:
             found = _recent.get(slot)
             if found is not None and found[0] == batch:
                 _recent.move_to_end(slot)
-                return list(found[1])
-        terms = self.tokenize_many(batch)
+                for term in found[1]:
+                    vocab.add(term)
+                return list(found[2])
+        ids = [self._term_ids(text, vocab) for text in batch]
         with _recent_lock:
-            _recent[slot] = (batch, terms)
+            _recent[slot] = (batch, tuple(vocab.terms), ids)
             while len(_recent) > _RECENT_CORPORA:
                 _recent.popitem(last=False)
-        return list(terms)
+        return list(ids)
+
+    def _term_ids(self, text: str, vocab: Vocabulary) -> list[int]:
+        """The term ids of one text; its words ``vocab`` has not seen are learnt first."""
+        if self.config.lowercase:
+            text = text.lower()
+        words = self._regex.findall(text)
+        known = vocab.words
+        try:
+            found = [known[w] for w in words]
+        except KeyError:
+            self._learn(words, vocab)
+            found = [known[w] for w in words]
+        return [i for i in found if i >= 0]
+
+    def _learn(self, words: list[str], vocab: Vocabulary) -> None:
+        """Enter the words of ``words`` that ``vocab`` has not seen, in order: -1 for a word
+        dropped, else the id of its term (the stems of the new words, in one call)."""
+        new = [w for w in dict.fromkeys(words) if w not in vocab.words]
+        min_len = self.config.min_length
+        kept = [w for w in new if w not in self._stop and len(w) >= min_len]
+        vocab.words.update(dict.fromkeys(new, -1))
+        terms = self._stem(kept) if self._stem else kept
+        for word, term in zip(kept, terms, strict=True):
+            vocab.words[word] = vocab.add(term)
 
 
 class _CharCounter:
