@@ -12,7 +12,8 @@
   once, cached), sentence windows on the chunking evaluation (chunking-window.yaml), and
   the cross-encoder path and latency; they read the stage cache, so reruns cost minutes. It
   also runs the scale curve (exact, hnsw and BM25 at 10k, 100k and 1M synthetic chunks, about
-  an hour) and the Dask executor against serial.
+  an hour), the Dask executor against serial, and ragbench side by side with AutoRAG on the
+  same SciFact sweep (AutoRAG in its own virtual environment, created on first use).
 * ``--only SECTION ...`` runs the named sections; when ``--out`` already exists, only their
   parts of it are replaced (the other sections keep the figures of the run that wrote them).
 * ``--tiny`` runs every section on tiny slices (a few documents and queries, the hashing
@@ -331,6 +332,20 @@ def scale(s: Settings) -> dict[str, Any]:
     return found
 
 
+def peers(s: Settings) -> dict[str, Any]:
+    """ragbench against AutoRAG in its own virtual environment, on SciFact (``--full``; not
+    with ``--tiny``: the environment alone is a 3 GB install)."""
+    from benchmarks import bench_peers
+
+    if s.tiny:
+        raise Skip(
+            "needs AutoRAG's own virtual environment (a 3 GB install of minutes), which a "
+            "smoke run does not create; it runs with --full"
+        )
+    _need(bench_quality.SCIFACT)
+    return bench_peers.measure(work=s.runs / "peers")
+
+
 def dask(s: Settings) -> dict[str, Any]:
     """Serial, process-pool and Dask executors on one CPU-bound demo sweep (``--full``)."""
     from benchmarks import bench_dask
@@ -361,12 +376,13 @@ SECTIONS: list[tuple[str, Callable[[Settings], dict[str, Any]]]] = [
     ("wall", wall),
     ("scale", scale),
     ("dask", dask),
+    ("peers", peers),
 ]
 
 
 FULL_ONLY = {  # sections that run with --full (and --tiny) only
     *("chunking", "tuned", "prf", "finetune", "window", "rerank", "onnx", "latency", "estimate"),
-    *("agreement", "wall", "scale", "dask"),
+    *("agreement", "wall", "scale", "dask", "peers"),
 }
 
 
