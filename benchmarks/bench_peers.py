@@ -414,7 +414,14 @@ def draw(section: Figures) -> Lines:
     texts = ", ".join(f"{c}: {num(n)} chunks" for c, n in section["texts"].items())
     install = section.get("install_s")
     made = f"created in {install:.0f} s by this run" if install else "created by an earlier run"
+    left = [c for c in CORPORA if c not in section["corpora"]]
+    skipped = (
+        [f"Not run: {', '.join(left)} (`{CORPORA_VAR}={','.join(section['corpora'])}`).", ""]
+        if left
+        else []
+    )
     return [
+        *skipped,
         f"AutoRAG {section['autorag_version']} in its own virtual environment ({made}), against "
         f"`{section['config']}` on SciFact test ({section['queries']} queries; {texts}; both "
         "tools index the same chunks). Each run is a subprocess: wall time from start to exit, "
