@@ -1,6 +1,6 @@
 """``ragbench run`` with its embedding timed: the ragbench side of the AutoRAG comparison.
 
-``python -m benchmarks.peers.timed_ragbench TIMINGS [--profile FILE] -- RUN-ARGS...`` runs
+``python -m benchmarks.peers.timed_ragbench [--profile FILE] TIMINGS -- RUN-ARGS...`` runs
 ``ragbench run RUN-ARGS`` in this process, exactly as the command line does, and records the
 seconds spent inside the model's encode loop (torch: the embedder's batched
 ``SentenceTransformer.encode`` calls; ONNX: ``OnnxEncoder.encode``) — the same boundary the
