@@ -13,7 +13,9 @@
   once, cached), sentence windows on the chunking evaluation (chunking-window.yaml), and
   the cross-encoder path and latency; they read the stage cache, so reruns cost minutes. It
   also runs the scale curve (exact, hnsw, BM25 and bm25s alone at 10k, 100k and 1M synthetic
-  chunks, about an hour) and the Dask executor against serial.
+  chunks, about an hour), the Dask executor against serial, and ragbench side by side with
+  AutoRAG on the same SciFact sweep (AutoRAG in its own virtual environment, created on first
+  use).
 * ``--only SECTION ...`` runs the named sections; when ``--out`` already exists, only their
   parts of it are replaced (the other sections keep the figures of the run that wrote them).
 * ``--stores INDEX ...`` measures only those indexes in the scale curve (e.g. ``bm25 bm25s``:
@@ -336,6 +338,20 @@ def scale(s: Settings) -> dict[str, Any]:
     return found
 
 
+def peers(s: Settings) -> dict[str, Any]:
+    """ragbench against AutoRAG in its own virtual environment, on SciFact (``--full``; not
+    with ``--tiny``: the environment alone is a 3 GB install)."""
+    from benchmarks import bench_peers
+
+    if s.tiny:
+        raise Skip(
+            "needs AutoRAG's own virtual environment (a 3 GB install of minutes), which a "
+            "smoke run does not create; it runs with --full"
+        )
+    _need(bench_quality.SCIFACT)
+    return bench_peers.measure(work=s.runs / "peers")
+
+
 def dask(s: Settings) -> dict[str, Any]:
     """Serial, process-pool and Dask executors on one CPU-bound demo sweep (``--full``)."""
     from benchmarks import bench_dask
@@ -366,12 +382,13 @@ SECTIONS: list[tuple[str, Callable[[Settings], dict[str, Any]]]] = [
     ("wall", wall),
     ("scale", scale),
     ("dask", dask),
+    ("peers", peers),
 ]
 
 
 FULL_ONLY = {  # sections that run with --full (and --tiny) only
     *("chunking", "tuned", "prf", "finetune", "window", "rerank", "onnx", "latency", "estimate"),
-    *("agreement", "wall", "scale", "dask"),
+    *("agreement", "wall", "scale", "dask", "peers"),
 }
 
 

@@ -23,6 +23,7 @@ from benchmarks import (
     bench_estimate,
     bench_finetune,
     bench_latency,
+    bench_peers,
     bench_prf,
     bench_quality,
     bench_rerank,
@@ -62,6 +63,7 @@ GROUPS: dict[str, list[Part]] = {
         bench_scale.SCALE,
         bm25s_alone.BM25S,
         bench_dask.DASK,
+        bench_peers.PEERS,
     ],
 }
 
@@ -85,6 +87,7 @@ SECTION_TITLES = {
     "wall": "Sweep wall time against embedding time (scifact-tuned.yaml)",
     "scale": "Scale curve: exact, hnsw and BM25 to 1M chunks",
     "dask": "Dask executor against serial",
+    "peers": "Side by side with AutoRAG (same sweep, same metric code)",
 }
 OVERVIEW = "## Sections"
 REGENERATE = "## How to regenerate"
@@ -129,7 +132,7 @@ def _regenerate() -> Lines:
         "                                        # scifact-prf.yaml, scifact-finetune.yaml,",
         "                                        # chunking-window.yaml,",
         "                                        # cross-encoder, scale curve to 1M chunks,",
-        "                                        # Dask executor",
+        "                                        # Dask executor, AutoRAG side by side",
         "python -m benchmarks --full --only prf window   # those sections, replaced in place",
         "python -m benchmarks --full --only scale --stores bm25 bm25s   # BM25 against bm25s",
         "                                        # alone at scale (the scale curve is kept)",

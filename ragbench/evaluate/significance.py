@@ -22,7 +22,6 @@ from typing import Literal, TypedDict, Unpack, get_args
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-from scipy import stats
 
 from ragbench.evaluate.metric_table import Metric
 
@@ -279,6 +278,8 @@ def _test_columns(
         statistic, p_value = np.zeros(diffs.shape[1]), np.ones(diffs.shape[1])
         nonzero = diffs.any(axis=0)
         if nonzero.any():
+            from scipy import stats  # here: importing scipy.stats costs seconds
+
             result = stats.ttest_1samp(diffs[:, nonzero], 0.0, axis=0)
             statistic[nonzero], p_value[nonzero] = result.statistic, result.pvalue
     else:
@@ -290,6 +291,8 @@ def _test_columns(
 def _wilcoxon(d: np.ndarray) -> tuple[float, float]:
     if not d.any():
         return 0.0, 1.0
+    from scipy import stats  # here: importing scipy.stats costs seconds
+
     result = stats.wilcoxon(d)
     return float(result.statistic), float(result.pvalue)
 
