@@ -30,7 +30,7 @@ from ragbench.experiment import runner
 from ragbench.experiment.config import ExperimentConfig, expand, load_config
 from ragbench.experiment.trial import RunSpec, context
 from ragbench.index.cache import default_cache_root
-from ragbench.retrieve.graph import Execution
+from ragbench.retrieve.execution import Execution
 
 CONFIG = REPO / "experiments" / "chunking.yaml"
 WINDOW_CONFIG = REPO / "experiments" / "chunking-window.yaml"

@@ -28,7 +28,7 @@ from ragbench.experiment.config import Trial, expand, load_config, trial_of
 from ragbench.experiment.store import RunStore
 from ragbench.experiment.trial import RunSpec, context, run_trial
 from ragbench.index.cache import default_cache_root
-from ragbench.retrieve.graph import Execution
+from ragbench.retrieve.execution import Execution
 
 CONFIG = REPO / "experiments" / "scifact-finetune.yaml"
 CROSS_ENCODER = {

@@ -164,7 +164,7 @@ def cached_minilm_vectors(
     from ragbench.experiment.config import expand, load_config
     from ragbench.experiment.trial import RunSpec, context
     from ragbench.index.cache import default_cache_root
-    from ragbench.retrieve.graph import Execution
+    from ragbench.retrieve.execution import Execution
 
     root = str(cache_root or default_cache_root())
     for path in configs:

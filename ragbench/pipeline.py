@@ -51,7 +51,8 @@ from ragbench.llm.cache import LLMCache
 from ragbench.protocols import Embedder
 from ragbench.registry import ComponentConfig
 from ragbench.retrieve.assemble import quote_untrusted, sanitize_attribute, system_notice
-from ragbench.retrieve.graph import Env, Execution, Plan, compile_plan
+from ragbench.retrieve.execution import Execution
+from ragbench.retrieve.graph import Env, Plan, compile_plan
 from ragbench.retrieve.live import LiveExecution, live_stages
 from ragbench.retrieve.postprocess import apply_threshold
 from ragbench.retrieve.timed import percentiles_ms

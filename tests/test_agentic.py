@@ -23,7 +23,7 @@ from ragbench.experiment.runner import RunResult, run
 from ragbench.experiment.trial import RunSpec, context
 from ragbench.pipeline import RAGPipeline
 from ragbench.registry import components
-from ragbench.retrieve.graph import Execution
+from ragbench.retrieve.execution import Execution
 from ragbench.testing import ScriptedLLMServer, scripted_llm_server
 from tests.paths import DEMO, require
 

@@ -145,7 +145,7 @@ def test_the_module_map_names_what_exists_and_every_package() -> None:
 
 # Where a stage runs: ``Execution`` computes or loads it, ``LiveExecution`` updates a deployed
 # plan's values as documents come and go (ARCHITECTURE.md, "Observability").
-EXECUTORS = {"retrieve/graph.py": "Execution", "retrieve/live.py": "LiveExecution"}
+EXECUTORS = {"retrieve/execution.py": "Execution", "retrieve/live.py": "LiveExecution"}
 
 
 _STAGES = re.compile(r"(.*\.)?(stages(\.values\(\))?|index_stages\(\)|live_stages\(.*\))")

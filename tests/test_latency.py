@@ -26,9 +26,9 @@ from ragbench.experiment.latency import measure
 from ragbench.experiment.runner import run
 from ragbench.registry import components
 from ragbench.retrieve.artifacts import QUERIES, Queries
+from ragbench.retrieve.execution import Execution
 from ragbench.retrieve.graph import (
     Env,
-    Execution,
     PlanBuilder,
     StepConfig,
     compile_plan,

@@ -21,7 +21,7 @@ from ragbench.experiment.runner import run
 from ragbench.experiment.trial import RunSpec, context
 from ragbench.index.sparse import BM25Config, BM25Index
 from ragbench.retrieve.artifacts import Queries
-from ragbench.retrieve.graph import Execution
+from ragbench.retrieve.execution import Execution
 from ragbench.retrieve.query import expand_query
 from ragbench.testing import ScriptedLLMServer, scripted_llm_server
 from tests.paths import DEMO, require

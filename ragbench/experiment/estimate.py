@@ -30,7 +30,8 @@ from ragbench.index.cache import EmbeddingCache
 from ragbench.index.finetune import FinetuneConfig, Tunable
 from ragbench.llm.client import LLMOptions
 from ragbench.registry import ComponentConfig, components
-from ragbench.retrieve.graph import Execution, Stage
+from ragbench.retrieve.execution import Execution
+from ragbench.retrieve.graph import Stage
 from ragbench.types import Ranking
 
 __all__ = ["Cost", "estimate"]

@@ -58,7 +58,8 @@ from typing import Any
 import numpy as np
 
 from ragbench.index import onnx as onnx_backend
-from ragbench.retrieve.graph import Env, Execution, Plan, Stage
+from ragbench.retrieve.execution import Execution
+from ragbench.retrieve.graph import Env, Plan, Stage
 from ragbench.retrieve.timed import cpu_wait
 
 __all__ = [

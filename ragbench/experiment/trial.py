@@ -45,7 +45,8 @@ from ragbench.index.cache import StageCache, default_cache_root
 from ragbench.llm.cache import LLMCache
 from ragbench.llm.client import Price
 from ragbench.retrieve.artifacts import QueryUsage
-from ragbench.retrieve.graph import Env, Execution, Pairs, Plan, compile_plan, stage_key
+from ragbench.retrieve.execution import Execution
+from ragbench.retrieve.graph import Env, Pairs, Plan, compile_plan, stage_key
 
 __all__ = ["Context", "RunSpec", "chunk_depth", "context", "run_trial"]
 

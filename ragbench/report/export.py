@@ -34,7 +34,8 @@ from ragbench.errors import DataError
 from ragbench.experiment.runner import find_trial
 from ragbench.experiment.store import RunStore, write_failure
 from ragbench.index.cache import StageCache
-from ragbench.retrieve.graph import Env, Execution, compile_plan
+from ragbench.retrieve.execution import Execution
+from ragbench.retrieve.graph import Env, compile_plan
 from ragbench.types import Chunk
 
 __all__ = ["Exported", "export_ragas"]

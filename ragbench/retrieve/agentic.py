@@ -31,9 +31,9 @@ from pydantic import Field, model_validator
 from ragbench.llm.client import LLMClient, LLMConfig
 from ragbench.registry import ComponentConfig, component_field, components
 from ragbench.retrieve.artifacts import RANKING, ChunkSet, QueryUsage, Timed
+from ragbench.retrieve.execution import Execution
 from ragbench.retrieve.graph import (
     Env,
-    Execution,
     Plan,
     PlanBuilder,
     StepConfig,

@@ -19,7 +19,8 @@ from typing import Any
 
 from ragbench import progress, telemetry
 from ragbench.retrieve.artifacts import ChunkSet
-from ragbench.retrieve.graph import Env, Execution, Plan, Stage, _describe
+from ragbench.retrieve.execution import Execution, describe
+from ragbench.retrieve.graph import Env, Plan, Stage
 from ragbench.types import Chunk, Document
 
 __all__ = ["Extended", "LiveExecution", "live_stages"]
@@ -200,7 +201,7 @@ class LiveExecution(Execution):
             with progress.doing(stage.name):
                 value = run(*args)
             if span.recording:
-                _describe(span, stage, value, 0)
+                describe(span, stage, value, 0)
         return value
 
     def _grow(self, stage: Stage, batch: Mapping[str, Any]) -> None:
