@@ -16,7 +16,7 @@ import yaml
 from ragbench import progress
 from ragbench.cli import main
 from ragbench.data import load_dataset
-from ragbench.data.pairs import generated_pairs, split_pairs
+from ragbench.data.pairs import generated_pairs, split_pairs, tiles
 from ragbench.data.trec import read_run
 from ragbench.errors import ConfigError, DataError
 from ragbench.experiment.config import load_config
@@ -89,13 +89,34 @@ def test_generated_pairs_hold_their_sentence_out_of_the_passage() -> None:
     documents = load_dataset(str(DEMO)).documents
     pairs = generated_pairs(documents, 30, 0, 600)
     assert len(pairs) >= 20 and pairs.source.startswith("generated (ict, n=30, seed=0")
+    tiles_of: dict[str, list[str]] = {}
+    for passage_id, text in pairs.passages.items():
+        tiles_of.setdefault(pairs.owner(passage_id), []).append(text)
     for query, doc_id, passage in zip(
         pairs.queries, pairs.positive_ids, pairs.positives, strict=True
     ):
-        assert query not in passage and query not in pairs.passages[doc_id]
+        assert query not in passage and not any(query in t for t in tiles_of[doc_id])
         assert 0 < len(passage) <= 600
+        assert passage in tiles_of[doc_id]  # a positive is cut like the pool's negatives
     assert generated_pairs(documents, 30, 0, 600).key == pairs.key
     assert generated_pairs(documents, 30, 1, 600).key != pairs.key
+
+
+def test_tiles_cover_a_document_in_order_at_spaces() -> None:
+    text = "alpha beta gamma delta epsilon zeta eta theta " * 3
+    spans = tiles(text, 12)
+    assert all(0 < end - start <= 12 for start, end in spans)
+    assert "".join(text[s:e] for s, e in spans).replace(" ", "") == text.replace(" ", "")
+    assert all(text[e] == " " for _, e in spans[:-1])
+    assert tiles("", 12) == [] and tiles("x" * 30, 12) == [(0, 12), (12, 24), (24, 30)]
+
+
+def test_negatives_never_come_from_a_positive_document_s_tiles() -> None:
+    documents = load_dataset(str(DEMO)).documents
+    pairs = generated_pairs(documents, 30, 0, 200)
+    assert len(set(pairs.passages)) > len({pairs.owner(i) for i in pairs.passages})
+    for doc_id, found in zip(pairs.positive_ids, mine_negatives(pairs, "bm25", 3), strict=True):
+        assert len(found) == 3 and doc_id not in {pairs.owner(i) for i in found}
 
 
 def test_mined_negatives_are_ranked_passages_never_relevant(beir: Path) -> None:

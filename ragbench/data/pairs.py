@@ -3,17 +3,21 @@
 Two sources, as a fine-tuning config's ``pairs`` names them:
 
 * ``split_pairs`` — the judged queries of one split of a labeled set (the selection split of a
-  sweep): one pair per relevant document, the passage around its first evidence span (or the
+  sweep): one pair per relevant document, the tile holding its first evidence span (or the
   document's opening when it has none);
 * ``generated_pairs`` — queries generated from the documents alone (the inverse cloze task of
   ``ragbench.data.generate``): each query's sentence is cut out of its document, and the
-  passage is the cut document around where it was, so the model learns to find a passage by
-  what it says rather than by the words it shares with the query.
+  passage is the tile of the cut document where it was, so the model learns to find a passage
+  by what it says rather than by the words it shares with the query.
 
-Passages are at most ``width`` characters (about the model's sequence length): a window
-centred on the evidence, widened to whole words. Every document also gives its opening
-passage to ``passages``, the pool hard negatives are mined from. ``key`` hashes all of it, so
-a model trained on the pairs is cached by their content.
+A document is cut into tiles: consecutive passages of at most ``width`` characters (about the
+model's sequence length) ending at a space, the first being its opening. ``passages``, the
+pool hard negatives are mined from, is cut the way the positives are: every tile of every
+document, or only the openings when no positive lies past one (a split without evidence
+spans). Were positives tiles from anywhere in a document and the negatives openings only,
+where a passage starts (a title, the first lines) would tell them apart, and a model would
+learn that instead of relevance. ``owners`` maps each pool passage to its document. ``key``
+hashes all of it, so a model trained on the pairs is cached by their content.
 """
 
 from __future__ import annotations
@@ -27,14 +31,15 @@ from ragbench.data.generate import IctMethod, held_out
 from ragbench.data.labeled import LabeledSet
 from ragbench.types import Document
 
-__all__ = ["TrainingPairs", "generated_pairs", "passage", "split_pairs"]
+__all__ = ["TrainingPairs", "generated_pairs", "split_pairs", "tiles"]
 
 
 @dataclass(frozen=True)
 class TrainingPairs:
     """Parallel rows of (query id, query text, positive document id, positive passage), the
-    pool of passages per document hard negatives are drawn from, and where the pairs came
-    from (``source``: a split's name or the generator's settings)."""
+    pool of passages hard negatives are drawn from (id → text) with the document of each
+    (``owners``; a passage id is its document's id when absent), and where the pairs came from
+    (``source``: a split's name or the generator's settings)."""
 
     source: str
     query_ids: tuple[str, ...]
@@ -42,6 +47,11 @@ class TrainingPairs:
     positive_ids: tuple[str, ...]
     positives: tuple[str, ...]
     passages: Mapping[str, str] = field(repr=False)
+    owners: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def owner(self, passage_id: str) -> str:
+        """The document the pool passage ``passage_id`` was cut from."""
+        return self.owners.get(passage_id, passage_id)
 
     def __len__(self) -> int:
         return len(self.queries)
@@ -58,24 +68,47 @@ class TrainingPairs:
         return h.hexdigest()[:24]
 
 
-def passage(text: str, start: int, end: int, width: int) -> str:
-    """At most ``width`` characters of ``text`` around ``[start, end)``, cut at spaces."""
-    if len(text) <= width:
-        return text.strip()
-    middle = (start + end) // 2
-    left = max(0, min(middle - width // 2, len(text) - width))
-    right = left + width
-    if left > 0:
-        space = text.find(" ", left, middle)
-        left = space + 1 if space >= 0 else left
-    if right < len(text):
-        space = text.rfind(" ", middle, right)
-        right = space if space >= 0 else right
-    return text[left:right].strip()
+def tiles(text: str, width: int) -> list[tuple[int, int]]:
+    """``[start, end)`` of consecutive passages of at most ``width`` characters covering
+    ``text``, each ending at a space where one is."""
+    found: list[tuple[int, int]] = []
+    start = 0
+    while start < len(text):
+        end = len(text)
+        if end - start > width:
+            space = text.rfind(" ", start, start + width)
+            end = space if space > start else start + width
+        found.append((start, end))
+        start = end
+        while start < len(text) and text[start].isspace():
+            start += 1
+    return found
 
 
-def _pool(documents: Sequence[Document], width: int) -> dict[str, str]:
-    return {doc.id: passage(doc.text, 0, 0, width) for doc in documents if doc.text.strip()}
+def _tile_at(text: str, offset: int, width: int) -> str:
+    """The tile of ``text`` holding character ``offset`` (the last one past the end)."""
+    spans = tiles(text, width) or [(0, 0)]
+    start, end = next(((s, e) for s, e in spans if offset < e), spans[-1])
+    return text[start:end].strip()
+
+
+def _pool(
+    documents: Sequence[Document], width: int, every_tile: bool
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The pool passages (id → text) and their documents: each document's opening, or with
+    ``every_tile`` each of its tiles (the first keeps the document's id, the ``k``-th is
+    ``<id>#k``)."""
+    passages: dict[str, str] = {}
+    owners: dict[str, str] = {}
+    for doc in documents:
+        spans = tiles(doc.text, width)
+        for k, (start, end) in enumerate(spans if every_tile else spans[:1]):
+            text = doc.text[start:end].strip()
+            if text:
+                passage_id = doc.id if k == 0 else f"{doc.id}#{k}"
+                passages[passage_id] = text
+                owners[passage_id] = doc.id
+    return passages, owners
 
 
 def split_pairs(labeled: LabeledSet, width: int, relevance_level: int = 1) -> TrainingPairs:
@@ -83,22 +116,23 @@ def split_pairs(labeled: LabeledSet, width: int, relevance_level: int = 1) -> Tr
     least ``relevance_level``), in query order."""
     docs = labeled.doc_index
     rows: list[tuple[str, str, str, str]] = []
+    spanned = False
     for query in labeled.queries:
         spans = {e.doc_id: e for e in labeled.evidence.get(query.id, [])}
         for doc_id, grade in labeled.qrels.get(query.id, {}).items():
             if grade < relevance_level or doc_id not in docs:
                 continue
             span = spans.get(doc_id)
-            text = docs[doc_id].text
-            where = (span.start, span.end) if span is not None else (0, 0)
-            rows.append((query.id, query.text, doc_id, passage(text, *where, width)))
+            spanned |= span is not None
+            at = span.start if span is not None else 0
+            rows.append((query.id, query.text, doc_id, _tile_at(docs[doc_id].text, at, width)))
     source = f"split {labeled.split!r} of {labeled.name}"
-    return _pairs(source, rows, _pool(labeled.documents, width))
+    return _pairs(source, rows, *_pool(labeled.documents, width, every_tile=spanned))
 
 
 def generated_pairs(documents: Sequence[Document], n: int, seed: int, width: int) -> TrainingPairs:
     """Up to ``n`` pairs generated from ``documents`` by the inverse cloze task (seeded): the
-    sentence is the query, the passage around its place in its document, cut without it."""
+    sentence is the query, the passage the tile of its document, cut without it, where it was."""
     method = IctMethod()
     drafts, cuts = held_out(documents, method, n, seed)
     docs = {doc.id: doc for doc in documents}
@@ -110,15 +144,19 @@ def generated_pairs(documents: Sequence[Document], n: int, seed: int, width: int
         doc_id, start, _ = draft.cut
         at = cuts.get(doc_id, Cuts(())).position(start)
         text = texts.get(doc_id, docs[doc_id].text)
-        rows.append((f"g{i}", draft.text, doc_id, passage(text, at, at, width)))
+        rows.append((f"g{i}", draft.text, doc_id, _tile_at(text, at, width)))
     cut_docs = [Document(d.id, texts.get(d.id, d.text)) for d in documents]
-    source = f"generated ({method.name}, n={n}, seed={seed}, {method.settings()})"
-    return _pairs(source, rows, _pool(cut_docs, width))
+    source = f"generated ({method.name}, n={n}, seed={seed}, {method.settings()}, tiles)"
+    return _pairs(source, rows, *_pool(cut_docs, width, every_tile=True))
 
 
 def _pairs(
-    source: str, rows: Sequence[tuple[str, str, str, str]], pool: dict[str, str]
+    source: str,
+    rows: Sequence[tuple[str, str, str, str]],
+    pool: dict[str, str],
+    owners: dict[str, str],
 ) -> TrainingPairs:
     columns = [tuple(column) for column in zip(*rows, strict=True)] if rows else [()] * 4
     ids, texts, doc_ids, positives = columns
-    return TrainingPairs(source, ids, texts, doc_ids, positives, pool)
+    moved = {k: v for k, v in owners.items() if k != v}  # only tiles past the first
+    return TrainingPairs(source, ids, texts, doc_ids, positives, pool, moved)

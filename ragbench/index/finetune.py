@@ -30,6 +30,7 @@ import os
 import resource
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,15 +165,17 @@ def mine_negatives(
     embed: Callable[[Sequence[str], str], np.ndarray] | None = None,
 ) -> list[list[str]]:
     """Per pair, the ids of ``n`` pool passages ranked best for its query by BM25 or by
-    ``embed`` (unit vectors) that no pair of that query has as positive."""
+    ``embed`` (unit vectors) that are cut from no document a pair of that query has as
+    positive."""
     if how == "none" or n == 0:
         return [[] for _ in range(len(pairs))]
     ids = list(pairs.passages)
     relevant: dict[str, set[str]] = {}
     for query_id, doc_id in zip(pairs.query_ids, pairs.positive_ids, strict=True):
         relevant.setdefault(query_id, set()).add(doc_id)
+    per_document = Counter(pairs.owner(i) for i in ids)
     unique = list(dict.fromkeys(zip(pairs.query_ids, pairs.queries, strict=True)))
-    depth = n + max(len(found) for found in relevant.values())
+    depth = n + max(sum(per_document[d] for d in found) for found in relevant.values())
     texts = [text for _, text in unique]
     if how == "bm25":
         from ragbench.index.sparse import BM25Index
@@ -188,7 +191,7 @@ def mine_negatives(
         top = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
         ranked = np.asarray(ids, dtype=object)[top]
     found = {
-        query_id: [d for d in row if d and d not in relevant[query_id]][:n]
+        query_id: [d for d in row if d and pairs.owner(d) not in relevant[query_id]][:n]
         for (query_id, _), row in zip(unique, ranked, strict=True)
     }
     return [found[query_id] for query_id in pairs.query_ids]
