@@ -150,13 +150,15 @@ def prf(s: Settings) -> dict[str, Any]:
 
 
 def finetune(s: Settings) -> dict[str, Any]:
-    """scifact-finetune.yaml: models fine-tuned inside the sweep, a trained cross-encoder
-    (``--full``)."""
+    """scifact-finetune.yaml: models fine-tuned inside the sweep, a trained cross-encoder, and
+    chunking-finetune.yaml, the held-out check (``--full``)."""
     from benchmarks import bench_finetune
 
     _need(bench_quality.SCIFACT)
+    _need(bench_quality.CHUNKING_EVAL)
     overrides = bench_finetune.tiny_overrides(s.scifact()) if s.tiny else []
-    return bench_finetune.finetune(s.runs, s.cache, overrides, s.limit)
+    held_out = bench_finetune.tiny_held_out(s.chunking_eval()) if s.tiny else []
+    return bench_finetune.finetune(s.runs, s.cache, overrides, s.limit, held_out)
 
 
 def window(s: Settings) -> dict[str, Any]:

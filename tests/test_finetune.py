@@ -24,7 +24,7 @@ from ragbench.experiment.runner import run
 from ragbench.experiment.store import RunStore
 from ragbench.index import finetune
 from ragbench.index.embedders import SentenceTransformerConfig, SentenceTransformerEmbedder
-from ragbench.index.finetune import FinetuneConfig, mine_negatives, train
+from ragbench.index.finetune import FinetuneConfig, mine_negatives, teacher_margins, train
 from ragbench.pipeline import RAGPipeline
 from ragbench.text.chunk_table import document_ranking
 from tests.paths import REPO
@@ -155,6 +155,34 @@ def test_training_lowers_the_loss_and_resumes_as_if_never_stopped(
     resumed = train("bi-encoder", str(tiny_encoder), pairs, config, tmp_path / "cut").record()
     np.testing.assert_allclose(resumed["losses"], losses, rtol=1e-4)
     assert not (tmp_path / "cut" / "checkpoint.pt").exists()
+
+
+def test_margin_mse_learns_the_margins_of_a_bm25_and_base_model_teacher(
+    beir: Path, tiny_encoder: Path, tmp_path: Path
+) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from ragbench.index.sparse import BM25Index
+
+    pairs = _pairs(beir)
+    negatives = mine_negatives(pairs, "bm25", 2)
+    base = SentenceTransformer(str(tiny_encoder), device="cpu")
+    own = teacher_margins(base, pairs, negatives, 0.0)
+    vectors = base.encode([pairs.queries[0], pairs.positives[0]], normalize_embeddings=True)
+    negative = base.encode([pairs.passages[negatives[0][0]]], normalize_embeddings=True)[0]
+    assert own[0][0] == pytest.approx(float(vectors[0] @ (vectors[1] - negative)), abs=1e-5)
+    index = BM25Index()
+    index.add(list(pairs.passages), list(pairs.passages.values()))
+    lexical = teacher_margins(base, pairs, negatives, 1.0)
+    for query, doc_id, found, margins in zip(
+        pairs.queries, pairs.positive_ids, negatives, lexical, strict=True
+    ):
+        scores = index.score(query, [doc_id, *found])
+        assert np.sign(margins).tolist() == np.sign(scores[0] - scores[1:]).tolist()
+    config = FinetuneConfig(pairs="select", loss="margin_mse", n_negatives=2, epochs=4, **FAST)  # type: ignore[arg-type]
+    record = train("bi-encoder", str(tiny_encoder), pairs, config, tmp_path / "m").record()
+    assert record["loss"] == "margin_mse" and "teacher_bm25" not in record["settings"]
+    assert np.mean(record["losses"][-5:]) < 0.8 * np.mean(record["losses"][:5])
 
 
 def test_a_cross_encoder_trains_from_a_local_checkpoint(

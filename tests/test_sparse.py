@@ -283,3 +283,13 @@ def test_scifact_negative_idf_terms_exist() -> None:
     common = {t for t, n in df.items() if n > len(ids) / 2}
     assert common
     assert any(common & set(q) for q in tokenizer.tokenize_many(queries))
+
+
+@pytest.mark.parametrize(("backend", "variant"), BACKENDS)
+def test_score_gives_the_search_scores_of_chosen_texts(backend: str, variant: str) -> None:
+    index = build(backend=backend, variant=variant)
+    for query in ["cat", "cat cat dog", "dog bird the", "unknownword"]:
+        hits = dict(index.search([query], 5).row(0))
+        ids = list(hits) or ["d1"]
+        expected = [hits[i] for i in ids] if hits else [0.0]
+        np.testing.assert_allclose(index.score(query, ids), expected, rtol=1e-6)

@@ -31,7 +31,7 @@ from ragbench.data.generate import IctMethod, held_out
 from ragbench.data.labeled import LabeledSet
 from ragbench.types import Document
 
-__all__ = ["TrainingPairs", "generated_pairs", "split_pairs", "tiles"]
+__all__ = ["TrainingPairs", "generated_pairs", "generated_source", "split_pairs", "tiles"]
 
 
 @dataclass(frozen=True)
@@ -133,8 +133,7 @@ def split_pairs(labeled: LabeledSet, width: int, relevance_level: int = 1) -> Tr
 def generated_pairs(documents: Sequence[Document], n: int, seed: int, width: int) -> TrainingPairs:
     """Up to ``n`` pairs generated from ``documents`` by the inverse cloze task (seeded): the
     sentence is the query, the passage the tile of its document, cut without it, where it was."""
-    method = IctMethod()
-    drafts, cuts = held_out(documents, method, n, seed)
+    drafts, cuts = held_out(documents, IctMethod(), n, seed)
     docs = {doc.id: doc for doc in documents}
     texts = {doc_id: cut.apply(docs[doc_id].text) for doc_id, cut in cuts.items()}
     rows = []
@@ -146,8 +145,14 @@ def generated_pairs(documents: Sequence[Document], n: int, seed: int, width: int
         text = texts.get(doc_id, docs[doc_id].text)
         rows.append((f"g{i}", draft.text, doc_id, _tile_at(text, at, width)))
     cut_docs = [Document(d.id, texts.get(d.id, d.text)) for d in documents]
-    source = f"generated ({method.name}, n={n}, seed={seed}, {method.settings()}, tiles)"
-    return _pairs(source, rows, *_pool(cut_docs, width, every_tile=True))
+    return _pairs(generated_source(n, seed), rows, *_pool(cut_docs, width, every_tile=True))
+
+
+def generated_source(n: int, seed: int) -> str:
+    """How ``generated_pairs`` makes ``n`` pairs with ``seed``: the generator, its settings and
+    how passages are cut (part of a trained model's cache key)."""
+    method = IctMethod()
+    return f"generated ({method.name}, n={n}, seed={seed}, {method.settings()}, tiles)"
 
 
 def _pairs(

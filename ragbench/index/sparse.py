@@ -25,6 +25,7 @@ deterministic at the cut-off too, and so are the ranks a fusion of BM25 lists re
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from itertools import chain, pairwise
 from pathlib import Path
@@ -375,6 +376,19 @@ class BM25Index:
         """The terms of the indexed texts ``ids`` (unknown ids: no terms)."""
         docs, at = self._corpus(), self._position
         return [self._vocab.decode(docs[at[i]]) if i in at else [] for i in ids]
+
+    def score(self, text: str, ids: Sequence[str]) -> np.ndarray:
+        """BM25 score of each indexed text of ``ids`` for the query ``text`` (its terms counted
+        as :meth:`search` counts them): what a teacher compares two given passages by."""
+        counts = Counter(self.terms(text))
+        engine = self._built()
+        rows = [self._position[i] for i in ids]
+        if engine is None or not counts:
+            return np.zeros(len(rows))
+        per_term, _ = engine.term_scores(list(counts))
+        weights = np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
+        found: np.ndarray = weights @ per_term[:, rows]
+        return found
 
     def search_weighted(
         self,

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ragbench.data.pairs import TrainingPairs, generated_pairs
+from ragbench.data.pairs import TrainingPairs, generated_pairs, generated_source
 from ragbench.errors import ConfigError
 from ragbench.index.cache import CachedEmbedder, EmbeddingCache, default_cache_root
 from ragbench.index.finetune import Tunable, TunedModel, train
@@ -428,7 +428,9 @@ class PlanBuilder:
             return train(family, config.model, pairs, tuning, work, embed)
 
         inputs = ("corpus", "train") if tuning.pairs == "select" else ("corpus",)
-        parts = (family, component_key(base), tuning.model_dump_json())
+        parts: tuple[str, ...] = (family, component_key(base), tuning.model_dump_json())
+        if tuning.pairs == "generated":  # how pairs are made and the loss they default to
+            parts += (generated_source(tuning.queries, tuning.seed), tuning.loss_for(family))
         name = f"finetune:{family}"
         return (
             self.add(
