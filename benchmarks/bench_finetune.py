@@ -64,8 +64,15 @@ def _tiny_models(embedders: int) -> list[str]:
 
 
 def tiny_held_out(dataset: Path) -> list[str]:
-    """``dataset`` (a tiny chunking slice) with the tiny model settings of ``tiny_overrides``."""
-    return [f"dataset.path={json.dumps(str(dataset))}", *_tiny_models(2)]
+    """``dataset`` (a tiny chunking slice) with the tiny model settings of ``tiny_overrides``;
+    its one document leaves no hard negative, so the tuned model trains on in-batch ones."""
+    tuning = "sweep.embedder[1].finetune"
+    return [
+        f"dataset.path={json.dumps(str(dataset))}",
+        *_tiny_models(2),
+        f"{tuning}.loss=mnrl",
+        f"{tuning}.negatives=none",
+    ]
 
 
 def held_out(runs: Path, root: str, overrides: Sequence[str], limit: int | None) -> dict[str, Any]:

@@ -119,6 +119,15 @@ def test_negatives_never_come_from_a_positive_document_s_tiles() -> None:
         assert len(found) == 3 and doc_id not in {pairs.owner(i) for i in found}
 
 
+def test_a_teacher_loss_without_hard_negatives_says_what_to_use(tmp_path: Path) -> None:
+    document = load_dataset(str(DEMO)).documents[0]
+    pairs = generated_pairs([document], 10, 0, 200)  # one document: every tile is a positive's
+    config = FinetuneConfig(pairs="generated", **FAST)  # type: ignore[arg-type]
+    assert config.loss_for("bi-encoder") == "margin_mse"
+    with pytest.raises(finetune.FinetuneError, match="use loss: mnrl with negatives: none"):
+        train("bi-encoder", "all-MiniLM-L6-v2", pairs, config, tmp_path)
+
+
 def test_mined_negatives_are_ranked_passages_never_relevant(beir: Path) -> None:
     pairs = _pairs(beir)
     negatives = mine_negatives(pairs, "bm25", 2)

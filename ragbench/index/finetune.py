@@ -386,6 +386,11 @@ def train(
     if len(pairs) < 2:
         raise FinetuneError(f"finetune: {pairs.source} gives {len(pairs)} pair(s); 2 or more")
     negatives = mine_negatives(pairs, config.negatives, config.n_negatives, embed)
+    if loss in ("triplet", "margin_mse", "listwise") and not any(negatives):
+        raise FinetuneError(
+            f"finetune: {loss} needs hard negatives and {pairs.source} has none (every pool "
+            "passage is cut from a positive's document); use loss: mnrl with negatives: none"
+        )
     work.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(config.seed)
     model = _load(family, base, config.max_seq_length)
