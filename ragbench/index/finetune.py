@@ -370,6 +370,25 @@ def _resume(work: Path, model: Any, optimizer: Any, scheduler: Any) -> _Run:
     return run
 
 
+def _rows(
+    pairs: TrainingPairs,
+    negatives: Sequence[Sequence[str]],
+    margins: Sequence[list[float]],
+    split: bool,
+) -> list[_Row]:
+    """A row per pair, or with ``split`` a row per (pair, hard negative): GPL's triples, each
+    hard negative an example of its own."""
+    rows = [
+        _Row(i, q, p, [pairs.passages[d] for d in found], margin)
+        for i, q, p, found, margin in zip(
+            pairs.query_ids, pairs.queries, pairs.positives, negatives, margins, strict=True
+        )
+    ]
+    if split:
+        rows = [replace(r, negatives=[n], margins=[m]) for r in rows for n, m in r.triples()]
+    return rows
+
+
 def train(
     family: Family,
     base: str,
@@ -399,14 +418,7 @@ def train(
         if loss == "margin_mse"
         else [[] for _ in negatives]
     )
-    rows = [
-        _Row(i, q, p, [pairs.passages[d] for d in found], margin)
-        for i, q, p, found, margin in zip(
-            pairs.query_ids, pairs.queries, pairs.positives, negatives, margins, strict=True
-        )
-    ]
-    if loss == "margin_mse":  # GPL's triples: each hard negative is an example of its own
-        rows = [replace(r, negatives=[n], margins=[m]) for r in rows for n, m in r.triples()]
+    rows = _rows(pairs, negatives, margins, split=loss == "margin_mse")
     steps = _batches(rows, config.batch_size, config.epochs, config.seed)
     if not steps:
         raise FinetuneError(f"finetune: {pairs.source} gives no batch of two distinct pairs")
