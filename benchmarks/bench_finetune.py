@@ -234,7 +234,8 @@ def draw(section: Figures) -> Lines:
         "",
         f"A cross-encoder trained from MiniLM's weights on the train pairs, reranking the chosen "
         f"pipeline's top {CROSS_ENCODER['candidates']} (`{reranked['label']}`), on test: "
-        f"ndcg@10 {num(reranked['ndcg@10'])}, recall@100 {num(reranked['recall@100'])}.",
+        f"ndcg@10 {num(reranked['ndcg@10'])}, recall@100 {num(reranked['recall@100'])}."
+        + _chance(section["models"]),
         "",
         "Training, per model (wall time on this machine's 2 cores, shared with whatever else ran; "
         "peak resident memory of the process that trained it):",
@@ -243,6 +244,20 @@ def draw(section: Figures) -> Lines:
         "",
         *_draw_held_out(section["held_out"]),
     ]
+
+
+def _chance(models: Sequence[Figures]) -> str:
+    """What the cross-encoder's final loss says: a listwise loss near ln(group size) is that of
+    a scorer guessing at random among the positive and its negatives."""
+    found = [m for m in models if m["family"] == "cross-encoder" and m["loss"] == "listwise"]
+    if not found:
+        return ""
+    group = 1 + CROSS_ENCODER["finetune"]["n_negatives"]
+    return (
+        f" Its final training loss ({num(found[0]['last_loss'], 3)}) is to be read against "
+        f"{np.log(group):.3f} = ln {group}, the loss of a random guess among a query's positive "
+        f"and its {group - 1} negatives."
+    )
 
 
 def _draw_held_out(section: Figures) -> Lines:
