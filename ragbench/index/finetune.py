@@ -70,6 +70,7 @@ _LOSSES: dict[Family, tuple[str, ...]] = {
     "bi-encoder": ("mnrl", "triplet", "margin_mse"),
     "cross-encoder": ("bce", "listwise"),
 }
+_NEED_NEGATIVES = ("triplet", "margin_mse", "listwise")  # losses over hard negatives
 
 
 class FinetuneError(RagbenchError):
@@ -83,9 +84,10 @@ class FinetuneConfig(ConfigModel):
     (``evaluation.select_on``; never a split it reports on), ``generated`` on ``queries``
     queries generated from the corpus itself (no labels). ``loss`` defaults to ``mnrl`` for a
     bi-encoder on judged pairs, ``margin_mse`` on generated ones (their positives are guesses
-    and their hard negatives often relevant: on SciFact, ``mnrl`` on 1,000 generated pairs took
-    MiniLM from 0.645 to 0.610-0.617 nDCG@10 on test, ``margin_mse`` with 2 negatives to
-    0.658), and ``bce`` for a cross-encoder; ``negatives`` hard negatives per pair come from
+    and their hard negatives often relevant: on SciFact test, ``mnrl`` on 1,000 generated pairs
+    took MiniLM from 0.645 nDCG@10 to 0.610 (positives as openings) and 0.617 (no hard
+    negatives), ``margin_mse`` with 2 negatives to 0.661, benchmarks/RESULTS.md), and ``bce``
+    for a cross-encoder; ``negatives`` hard negatives per pair come from
     BM25 or the base model's ranking. ``max_seq_length`` caps queries and passages in tokens.
     ``learning_rate`` defaults high for the few steps a corpus's pairs give (on SciFact's
     train split, 29 steps: 3e-5 reached 0.685 nDCG@10 on test, 6e-5 0.701). ``teacher_bm25``
@@ -123,7 +125,7 @@ class FinetuneConfig(ConfigModel):
                 f"{', '.join(_LOSSES[family])}"
             )
         negatives = self.n_negatives if self.negatives != "none" else 0
-        if loss in ("triplet", "margin_mse", "listwise") and negatives == 0:
+        if loss in _NEED_NEGATIVES and negatives == 0:
             raise FinetuneError(f"finetune.loss: {loss} needs hard negatives (n_negatives >= 1)")
         if family == "cross-encoder" and negatives == 0:
             raise FinetuneError("finetune: a cross-encoder learns from hard negatives; set some")
@@ -405,7 +407,7 @@ def train(
     if len(pairs) < 2:
         raise FinetuneError(f"finetune: {pairs.source} gives {len(pairs)} pair(s); 2 or more")
     negatives = mine_negatives(pairs, config.negatives, config.n_negatives, embed)
-    if loss in ("triplet", "margin_mse", "listwise") and not any(negatives):
+    if loss in _NEED_NEGATIVES and not any(negatives):
         raise FinetuneError(
             f"finetune: {loss} needs hard negatives and {pairs.source} has none (every pool "
             "passage is cut from a positive's document); use loss: mnrl with negatives: none"
