@@ -9,7 +9,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from ragbench.errors import ConfigError, DataError
-from ragbench.report import plots
+from ragbench.report import grids, plots, tables
 from tests.paths import DEMO, require
 
 METRIC = "ndcg@10"
@@ -73,11 +73,11 @@ def _texts(fig: Figure) -> list[str]:
 
 def test_short_labels_drop_shared_parts_and_cut() -> None:
     labels = ["bm25 | recursive(size=300)", "dense | recursive(size=300) | minilm"]
-    assert plots.short_labels(labels) == ["bm25", "dense | minilm"]
-    assert plots.short_labels(["a | x", "a | x"]) == ["a", "a"]
-    assert plots.short_labels(["a" * 60], width=10) == ["a" * 9 + "…"]
+    assert tables.short_labels(labels) == ["bm25", "dense | minilm"]
+    assert tables.short_labels(["a | x", "a | x"]) == ["a", "a"]
+    assert tables.short_labels(["a" * 60], width=10) == ["a" * 9 + "…"]
     among = [*labels, "bm25 | fixed(size=300)"]
-    assert plots.short_labels(labels[:1], among=among) == ["bm25 | recursive(size=300)"]
+    assert tables.short_labels(labels[:1], among=among) == ["bm25 | recursive(size=300)"]
 
 
 def test_kind_colours_are_stable_and_distinct() -> None:
@@ -313,7 +313,7 @@ def test_metric_at_k_missing_trial() -> None:
 
 
 def test_swept_parameters(trials: pd.DataFrame) -> None:
-    assert plots.swept_parameters(trials) == [
+    assert grids.swept_parameters(trials) == [
         "param.chunker.kind",
         "param.chunker.size",
         "param.retriever.kind",
@@ -368,8 +368,8 @@ def test_a_chunker_option_grid_is_drawn_once_per_chunker_kind() -> None:
     rows.append(_trial("whole", "none", np.nan, "bm25", **{METRIC: 0.5}))
     frame = pd.DataFrame(rows)
     x, y = "param.chunker.size", "param.chunker.overlap"
-    assert plots.chunker_kinds(frame, x, y) == ["fixed", "sentence"]
-    assert plots.chunker_kinds(frame[frame[CHUNKER] != "fixed"], x, y) == [None]
+    assert grids.chunker_kinds(frame, x, y) == ["fixed", "sentence"]
+    assert grids.chunker_kinds(frame[frame[CHUNKER] != "fixed"], x, y) == [None]
     with pytest.raises(DataError, match="mixes chunker kinds \\(fixed, sentence\\)"):
         plots.heatmap(frame, x, y, METRIC)
     for kind in ("fixed", "sentence"):
@@ -410,15 +410,15 @@ def test_every_plot_on_a_real_run(tmp_path: Path) -> None:
     result = run(config, tmp_path / "run", cache_root=tmp_path / "cache", progress=False)
     trials, per_query = result.trials, result.per_query
     ids = list(trials["trial_id"])
-    figures = {
+    drawn = {
         "size": plots.metric_vs_chunk_size(trials, METRIC),
         "pareto": plots.pareto(trials, "recall@20", baseline=ids[0]),
         "diff": plots.per_query_difference(per_query, ids[1], ids[0], METRIC),
         "heat": plots.heatmap(trials, "param.retriever.k1", "param.retriever.b", METRIC),
         "at_k": plots.metric_at_k(result.curves, ids[:3], "recall"),
     }
-    assert "param.retriever.k1" in plots.swept_parameters(trials)
-    for name, fig in figures.items():
+    assert "param.retriever.k1" in grids.swept_parameters(trials)
+    for name, fig in drawn.items():
         assert plots.save(fig, tmp_path / f"{name}.png").stat().st_size > 10_000
 
 

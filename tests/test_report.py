@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +19,7 @@ from ragbench.experiment.runner import dry_run, run
 from ragbench.report.compare import compare_runs
 from ragbench.report.confidence import pick_confidence
 from ragbench.report.drilldown import drilldown
+from ragbench.report.figures import VARYING, Plot
 from ragbench.report.html import inline_html, render_html
 from ragbench.report.markdown import recommendation_line, summary_lines
 from ragbench.report.report import Report
@@ -161,6 +163,40 @@ def test_write_html_markdown_and_plots(run_dir: Path, tmp_path: Path) -> None:
     assert pngs and all(f"plots/{name}" in md for name in pngs)
     assert any(name.startswith("heatmap_retriever.k1_retriever.b") for name in pngs)
     assert paths["latex"].read_text().startswith(r"\begin{tabular}")
+
+
+def test_a_rewritten_report_reads_its_plots_from_the_cache(run_dir: Path, tmp_path: Path) -> None:
+    first = Report.from_run(run_dir).write(("md",), out=tmp_path / "first")
+    drawn = {p.name: p.read_bytes() for p in (tmp_path / "first" / "plots").glob("*.png")}
+    assert drawn and first["md"].is_file()
+    # a new process writes the same report without importing matplotlib
+    out = str(tmp_path / "again")
+    script = (
+        "import sys; from ragbench.report.report import Report; "
+        f"Report.from_run({str(run_dir)!r}).write(('md', 'html'), out={out!r}); "
+        "print('matplotlib' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+    again = {p.name: p.read_bytes() for p in (tmp_path / "again" / "plots").glob("*.png")}
+    assert again == drawn
+
+
+def test_a_plot_key_follows_what_it_draws_not_the_run_that_drew_it(run_dir: Path) -> None:
+    report = Report.from_run(run_dir)
+    plots = {p.name: p for p in report.plots()}
+    pareto = plots["pareto"]
+    trials = pareto.args[0]
+    assert not set(VARYING) & set(trials.columns)
+    same = Plot(pareto.name, pareto.function, (trials.copy(), *pareto.args[1:]), pareto.kwargs)
+    assert same.key() == pareto.key()
+    moved = trials.copy()
+    moved.loc[0, report.metric] += 1e-6
+    changed = Plot(pareto.name, pareto.function, (moved, *pareto.args[1:]), pareto.kwargs)
+    assert changed.key() != pareto.key()
+    other = Plot(pareto.name, pareto.function, pareto.args, {"baseline": report.best})
+    assert (other.key() == pareto.key()) == (report.best == report.baseline)
 
 
 # Appended to a copy of the report: writes what the test asserts into the DOM it dumps

@@ -18,8 +18,6 @@ import os
 import shutil
 import stat
 import tempfile
-import urllib.error
-import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -116,7 +114,11 @@ def download_beir(
 
 
 def _fetch(url: str, path: Path, progress: bool) -> str:
-    """Stream ``url`` into ``path``; returns the sha256 hex digest of the bytes."""
+    """Stream ``url`` into ``path``; returns the sha256 hex digest of the bytes (urllib is
+    imported here: only a download needs it)."""
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url, timeout=_TIMEOUT) as response, open(path, "wb") as out:
             size = int(response.headers.get("Content-Length") or 0)

@@ -14,7 +14,7 @@ import yaml
 
 from ragbench.evaluate.metrics import higher_is_better
 from ragbench.report.markdown import summary_lines
-from ragbench.report.plots import short_labels
+from ragbench.report.tables import short_labels
 
 if TYPE_CHECKING:
     from ragbench.report.report import Report

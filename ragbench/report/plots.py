@@ -31,11 +31,11 @@ from matplotlib.ticker import MaxNLocator
 from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.metrics import higher_is_better
 from ragbench.registry import components
-from ragbench.report.tables import spend
+from ragbench.report.grids import CHUNKER, chunker_kinds
+from ragbench.report.tables import short_labels, spend
 
 __all__ = [
     "NARROW",
-    "chunker_kinds",
     "heatmap",
     "kind_colour",
     "metric_at_k",
@@ -45,12 +45,9 @@ __all__ = [
     "per_query_difference",
     "quality_vs_cost",
     "save",
-    "short_labels",
-    "swept_parameters",
 ]
 
 SIZE = "param.chunker.size"
-CHUNKER = "param.chunker.kind"
 RETRIEVER = "param.retriever.kind"
 TOTAL_P95 = "latency.total.p95_ms"
 
@@ -96,21 +93,6 @@ def kind_colour(kind: object) -> tuple[float, float, float, float]:
         return _PALETTE[slot]
     spare = _PALETTE[3:]
     return spare[zlib.crc32(name.encode()) % len(spare)]
-
-
-def short_labels(
-    labels: Sequence[str] | pd.Series, width: int | None = 48, among: Sequence[str] | None = None
-) -> list[str]:
-    """Trial labels without the ``" | "`` parts shared by every label of ``among`` (default:
-    ``labels``), cut to ``width`` characters (``None``: whole)."""
-    context = [str(label).split(" | ") for label in (labels if among is None else among)]
-    common = set.intersection(*(set(p) for p in context)) if context else set()
-    out = []
-    for parts in (str(label).split(" | ") for label in labels):
-        kept = [p for p in parts if p not in common] or parts[:1]
-        text = " | ".join(kept)
-        out.append(text if width is None or len(text) <= width else text[: width - 1] + "…")
-    return out
 
 
 def _wrapped(text: str, width: int = _WRAP) -> str:
@@ -486,25 +468,6 @@ def metric_at_k(
 
 
 # ---------------------------------------------------------------- parameter grids
-
-
-def swept_parameters(trials: pd.DataFrame) -> list[str]:
-    """The ``param.*`` columns that take more than one value among finished trials."""
-    ok = trials[trials["status"] == "ok"] if "status" in trials.columns else trials
-    return [
-        c for c in ok.columns if c.startswith("param.") and ok[c].dropna().astype(str).nunique() > 1
-    ]
-
-
-def chunker_kinds(trials: pd.DataFrame, x: str, y: str) -> list[str | None]:
-    """The chunker kinds to draw ``heatmap(x, y)`` for, one plot each: a chunker option (size,
-    overlap, ...) means something else under each kind, so their grids are not mixed. ``[None]``
-    (one plot of all trials) when neither axis is a chunker option or one kind has values."""
-    if CHUNKER not in trials.columns or not any(c.startswith("param.chunker.") for c in (x, y)):
-        return [None]
-    present = trials.dropna(subset=[c for c in (x, y) if c in trials.columns])
-    kinds = sorted(present[CHUNKER].dropna().astype(str).unique())
-    return list(kinds) if len(kinds) > 1 else [None]
 
 
 def heatmap(

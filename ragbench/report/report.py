@@ -14,9 +14,9 @@ from __future__ import annotations
 import html
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cached_property, partial
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,10 +34,13 @@ from ragbench.evaluate.metrics import (
 from ragbench.evaluate.significance import bootstrap_ci, compare, compare_all
 from ragbench.experiment.config import trial_of
 from ragbench.experiment.store import RunStore
+from ragbench.index.cache import ArtifactCache, default_cache_root
 from ragbench.registry import redundancy
-from ragbench.report import plots
 from ragbench.report.confidence import PickConfidence, pick_confidence, tie_text
 from ragbench.report.drilldown import drilldown
+from ragbench.report.figures import VARYING, Plot
+from ragbench.report.figures import images as figure_images
+from ragbench.report.grids import chunker_kinds, swept_parameters
 from ragbench.report.tables import latency_stages, markdown_table, spend, usage_stages, usd
 
 __all__ = ["Recommendation", "Report", "report_folder"]
@@ -565,56 +568,56 @@ class Report:
 
     # ------------------------------------------------------------ figures
 
-    def figures(self) -> dict[str, Any]:
-        """Every plot that applies to this run (name → matplotlib Figure)."""
-        makers: list[tuple[str, Callable[[], Any]]] = [
-            ("pareto", lambda: plots.pareto(self.trials, self.metric, baseline=self.baseline)),
-            (
-                "pareto_cost",
-                lambda: plots.quality_vs_cost(self.trials, self.metric, baseline=self.baseline),
-            ),
-            ("chunk_size", lambda: plots.metric_vs_chunk_size(self.trials, self.metric)),
-            (
+    def plots(self) -> list[Plot]:
+        """Every plot this run could draw (each says itself whether it applies). The trials
+        table reaches them without its run-varying columns (``figures.VARYING``), so a rerun
+        of the same sweep draws the same plots and finds them cached."""
+        trials = self.trials.drop(columns=[c for c in VARYING if c in self.trials.columns])
+        labels = dict(zip(self.trials["trial_id"], self.trials["label"], strict=True))
+        baseline = {"baseline": self.baseline}
+        wanted = [
+            Plot("pareto", "pareto", (trials, self.metric), baseline),
+            Plot("pareto_cost", "quality_vs_cost", (trials, self.metric), baseline),
+            Plot("chunk_size", "metric_vs_chunk_size", (trials, self.metric)),
+            Plot(
                 "per_query",
-                lambda: plots.per_query_difference(
-                    self.per_query,
-                    self.best,
-                    self.contender or self.baseline,
-                    self.metric,
-                    labels=dict(zip(self.trials["trial_id"], self.trials["label"], strict=True)),
-                ),
+                "per_query_difference",
+                (self.per_query, self.best, self.contender or self.baseline, self.metric),
+                {"labels": labels},
             ),
-            (
+            Plot(
                 "at_k",
-                lambda: plots.metric_at_k(
+                "metric_at_k",
+                (
                     self.store.curves(),
                     list(self.to_dataframe().index[:5]),
                     self.metric.split("@")[0],
-                    labels=dict(zip(self.trials["trial_id"], self.trials["label"], strict=True)),
                 ),
+                {"labels": labels},
             ),
         ]
-        swept = [
-            p
-            for p in plots.swept_parameters(self.trials)
-            if pd.api.types.is_numeric_dtype(self.trials[p])
-        ]
+        swept = [p for p in swept_parameters(trials) if pd.api.types.is_numeric_dtype(trials[p])]
         for i, x in enumerate(swept):
             for y in swept[i + 1 :]:
-                for kind in plots.chunker_kinds(self.trials, x, y):
+                for kind in chunker_kinds(trials, x, y):
                     name = f"heatmap_{x}_{y}".replace("param.", "")
-                    makers.append(
-                        (
+                    wanted.append(
+                        Plot(
                             name if kind is None else f"{name}_{kind}",
-                            partial(plots.heatmap, self.trials, x, y, self.metric, kind),
+                            "heatmap",
+                            (trials, x, y, self.metric, kind),
                         )
                     )
+        return wanted
+
+    def figures(self) -> dict[str, Any]:
+        """Every plot that applies to this run (name → matplotlib Figure), drawn now."""
         out = {}
-        for name, make in makers:
+        for plot in self.plots():
             try:
-                out[name] = make()
+                out[plot.name] = plot.draw()
             except DataError as exc:  # the plot does not apply to this run
-                log.info("skipping plot %s: %s", name, exc)
+                log.info("skipping plot %s: %s", plot.name, exc)
         return out
 
     # ------------------------------------------------------------ output
@@ -629,7 +632,7 @@ class Report:
 
         folder = Path(out) if out is not None else self.run_dir
         folder.mkdir(parents=True, exist_ok=True)
-        images = {name: plots.png(fig) for name, fig in self.figures().items()}
+        images = figure_images(self.plots(), ArtifactCache(self._cache_root()))
         written: dict[str, Path] = {}
         if "md" in formats:
             (folder / "plots").mkdir(exist_ok=True)
@@ -644,6 +647,14 @@ class Report:
             written["latex"] = folder / "report.tex"
             written["latex"].write_text(self.to_latex(), encoding="utf-8")
         return written
+
+    def _cache_root(self) -> Path:
+        """The run's stage cache (its plots are kept beside its artifacts), or the default
+        one when that folder is not on this machine."""
+        recorded = self.manifest.get("cache_root")
+        if recorded and Path(recorded).is_dir():
+            return Path(recorded)
+        return default_cache_root()
 
     def _repr_html_(self) -> str:
         table = self.display_table().to_html(index=False, escape=True)

@@ -17,6 +17,7 @@ __all__ = [
     "md_code",
     "md_fence",
     "md_text",
+    "short_labels",
     "spend",
     "trial_table",
     "usage_stages",
@@ -157,3 +158,18 @@ def markdown_table(frame: pd.DataFrame, digits: int = 4, index: bool = True) -> 
         for row in data.itertuples(index=False)
     ]
     return "\n".join([header, rule, *body])
+
+
+def short_labels(
+    labels: Sequence[str] | pd.Series, width: int | None = 48, among: Sequence[str] | None = None
+) -> list[str]:
+    """Trial labels without the ``" | "`` parts shared by every label of ``among`` (default:
+    ``labels``), cut to ``width`` characters (``None``: whole)."""
+    context = [str(label).split(" | ") for label in (labels if among is None else among)]
+    common = set.intersection(*(set(p) for p in context)) if context else set()
+    out = []
+    for parts in (str(label).split(" | ") for label in labels):
+        kept = [p for p in parts if p not in common] or parts[:1]
+        text = " | ".join(kept)
+        out.append(text if width is None or len(text) <= width else text[: width - 1] + "…")
+    return out

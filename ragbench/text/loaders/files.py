@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 
-from pypdf import PdfReader
-
 from ragbench.text.loaders.base import OneDocumentLoader
 from ragbench.text.loaders.decode import normalize_newlines, os_reason, read_text
 from ragbench.text.loaders.report import Skip
@@ -74,7 +72,10 @@ class PdfLoader(OneDocumentLoader):
         return self._document(rel, text, title, pages=offsets)
 
     def _pages(self) -> tuple[list[str], str | None]:
-        """Each page's extracted text (newlines normalised) and the document title, if any."""
+        """Each page's extracted text (newlines normalised) and the document title, if any
+        (pypdf is imported here: a sweep over no PDF never pays for it)."""
+        from pypdf import PdfReader
+
         try:
             reader = PdfReader(self.path)
             if reader.is_encrypted:

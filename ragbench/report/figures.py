@@ -1,0 +1,132 @@
+"""Which plots a report draws, and their PNGs cached by the content they draw.
+
+A plot is a ``Plot``: a function of ``ragbench.report.plots`` and the data it is called with.
+Its PNG is kept in the stage cache (area ``plots``) under a key made of the function's name,
+its arguments' content, the source of ``plots.py`` and matplotlib's version; a plot that does
+not apply to a run (``DataError``) is kept as that verdict. A warm rerun of a sweep therefore
+writes its report without importing matplotlib or drawing anything. The run-varying columns of
+the trials table (``VARYING``: this process's wall time and memory) are never passed to a
+plot, so they do not change its key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ragbench.errors import DataError
+from ragbench.index.cache import ArtifactCache
+
+__all__ = ["VARYING", "Plot", "images"]
+
+log = logging.getLogger(__name__)
+
+VARYING = ("seconds", "peak_rss_mb")
+"""Columns of the trials table that differ between two runs of the same sweep."""
+
+_AREA = "plots"
+_PNG = "plot.png"
+_SKIP = "skip.txt"  # the DataError message of a plot that does not apply
+
+
+@dataclass(frozen=True)
+class Plot:
+    """One figure of a report: ``function`` of ``ragbench.report.plots`` called with ``args``
+    and ``kwargs``."""
+
+    name: str
+    function: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def draw(self) -> Any:
+        """The matplotlib Figure (``DataError`` when the plot does not apply)."""
+        from ragbench.report import plots
+
+        return getattr(plots, self.function)(*self.args, **self.kwargs)
+
+    def key(self) -> str:
+        """What the PNG depends on: the function, its arguments' content and the drawing
+        code's version."""
+        digest = hashlib.sha256(json.dumps([self.function, _version()]).encode())
+        for value in (*self.args, dict(sorted(self.kwargs.items()))):
+            _feed(digest, value)
+        return digest.hexdigest()[:32]
+
+
+def images(wanted: Sequence[Plot], cache: ArtifactCache | None = None) -> dict[str, bytes]:
+    """PNG bytes of every plot of ``wanted`` that applies (name → bytes), each drawn once and
+    then read from ``cache`` (default: the stage cache); an unwritable cache only costs the
+    drawing."""
+    store = cache or ArtifactCache()
+    out = {}
+    for plot in wanted:
+        try:
+            found = _cached(plot, store)
+        except OSError as exc:
+            log.info("plot cache unavailable (%s); drawing %s", exc, plot.name)
+            found = _render(plot)
+        if isinstance(found, bytes):
+            out[plot.name] = found
+        else:
+            log.info("skipping plot %s: %s", plot.name, found)
+    return out
+
+
+def _cached(plot: Plot, store: ArtifactCache) -> bytes | str:
+    """The plot's PNG, or why it does not apply, from ``store`` (drawn and kept on a miss)."""
+
+    def build(folder: Path) -> None:
+        found = _render(plot)
+        if isinstance(found, bytes):
+            (folder / _PNG).write_bytes(found)
+        else:
+            (folder / _SKIP).write_text(found, encoding="utf-8")
+
+    folder, _ = store.get_or_build(_AREA, plot.key(), build)
+    png = folder / _PNG
+    return png.read_bytes() if png.exists() else (folder / _SKIP).read_text(encoding="utf-8")
+
+
+def _render(plot: Plot) -> bytes | str:
+    """The plot drawn to PNG, or the reason it does not apply."""
+    from ragbench.report import plots
+
+    try:
+        figure = plot.draw()
+    except DataError as exc:
+        return str(exc)
+    return plots.png(figure)
+
+
+@cache
+def _version() -> tuple[str, str]:
+    """The drawing code's source digest and matplotlib's version."""
+    spec = importlib.util.find_spec("ragbench.report.plots")
+    origin = Path(spec.origin) if spec is not None and spec.origin else None
+    source = origin.read_bytes() if origin is not None and origin.is_file() else b""
+    return hashlib.sha256(source).hexdigest(), importlib.metadata.version("matplotlib")
+
+
+def _feed(digest: Any, value: object) -> None:
+    """Add ``value``'s content to ``digest``: a frame by its columns, dtypes and values, any
+    other argument by its JSON form."""
+    if isinstance(value, pd.DataFrame):
+        shape = [list(map(str, value.columns)), list(map(str, value.dtypes))]
+        digest.update(json.dumps(shape).encode())
+        try:
+            digest.update(pd.util.hash_pandas_object(value, index=True).to_numpy().tobytes())
+        except TypeError:  # unhashable cells (lists)
+            digest.update(value.to_csv().encode())
+    else:
+        digest.update(json.dumps(value, sort_keys=True, default=repr).encode())
