@@ -184,6 +184,7 @@ def finetune(
         "config": relative(CONFIG),
         "rows": rows,
         "chosen": {"trial_id": chosen.id, "label": chosen.label},
+        "dense_picks": _dense_picks(grid, trials, tested),
         "untuned": {"trial_id": winner.id, "label": winner.label},
         "against_untuned": _paired(tested[winner.id]["ndcg@10"], tested[chosen.id]["ndcg@10"])
         | {"ci": bootstrap_ci(difference.to_numpy())},
@@ -192,6 +193,34 @@ def finetune(
         "models": _models(report, [*grid, reranked_trial]),
         "held_out": held_out(runs, root, held_out_overrides, limit),
     }
+
+
+def _dense_picks(
+    grid: Sequence[Trial], trials: pd.DataFrame, tested: dict[str, pd.DataFrame]
+) -> list[dict[str, Any]]:
+    """Per kind of pairs (none, select, generated), the dense trial best on train among that
+    kind's, with its ndcg@10 on train and on test."""
+    train = {str(trial): float(value) for trial, value in trials["ndcg@10"].items()}
+    found = []
+    for pairs in ("none", "select", "generated"):
+        own = [
+            t
+            for t in grid
+            if getattr(t.get("retriever"), "kind", None) == "dense" and _tuning(t) == pairs
+        ]
+        if not own:
+            continue
+        best = max(own, key=lambda t: train[t.id])
+        found.append(
+            {
+                "pairs": pairs,
+                "label": best.label,
+                "candidates": len(own),
+                "ndcg@10 on train": train[best.id],
+                "ndcg@10 on test": float(tested[best.id]["ndcg@10"].mean()),
+            }
+        )
+    return found
 
 
 # ---------------------------------------------------------------- RESULTS.md
@@ -226,6 +255,23 @@ def draw(section: Figures) -> Lines:
         "fine-tuned on queries generated from the corpus, no labels):",
         "",
         table(["trial", "pairs", *columns], rows),
+        "",
+        "Dense retrieval alone, per kind of pairs: the model chosen on train among that kind's "
+        "dense trials, then scored once on test:",
+        "",
+        table(
+            ["pairs", "dense trials", "chosen on train", "ndcg@10 on train", "ndcg@10 on test"],
+            [
+                (
+                    p["pairs"],
+                    num(p["candidates"]),
+                    p["label"],
+                    num(p["ndcg@10 on train"]),
+                    num(p["ndcg@10 on test"]),
+                )
+                for p in section["dense_picks"]
+            ],
+        ),
         "",
         f"Chosen on train: `{section['chosen']['label']}`. Against the best trial without a tuned "
         f"model (`{section['untuned']['label']}`) on the test queries: Δ ndcg@10 "
