@@ -39,10 +39,10 @@ _PNG = "plot.png"
 _SKIP = "skip.txt"  # the DataError message of a plot that does not apply
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Plot:
     """One figure of a report: ``function`` of ``ragbench.report.plots`` called with ``args``
-    and ``kwargs``."""
+    and ``kwargs`` (compared by ``key``, never by its frames)."""
 
     name: str
     function: str
