@@ -88,11 +88,12 @@ class FinetuneConfig(ConfigModel):
     took MiniLM from 0.645 nDCG@10 to 0.610 (positives as openings) and 0.617 (no hard
     negatives), ``margin_mse`` with 2 negatives to 0.661, and to 0.668 on 2,000 queries,
     benchmarks/RESULTS.md), and ``bce`` for a cross-encoder; ``negatives`` hard negatives per
-    pair come from BM25 or the base model's ranking. ``max_seq_length`` caps queries and passages in tokens.
-    ``learning_rate`` defaults high for the few steps a corpus's pairs give (on SciFact's
-    train split, 29 steps: 3e-5 reached 0.685 nDCG@10 on test, 6e-5 0.701). ``teacher_bm25``
-    is BM25's share of the ``margin_mse`` teacher (the base model has the rest; 0.5 when
-    unset, which keeps it out of the cache key of models trained otherwise).
+    pair come from BM25 or the base model's ranking. ``max_seq_length`` caps queries and
+    passages in tokens. ``learning_rate`` defaults high for the few steps a corpus's pairs
+    give (on SciFact's train split, 29 steps: 3e-5 reached 0.685 nDCG@10 on test, 6e-5
+    0.701). ``teacher_bm25`` is BM25's share of the ``margin_mse`` teacher (the base model
+    has the rest; 0.5 when unset, which keeps it out of the cache key of models trained
+    otherwise).
     """
 
     pairs: Literal["select", "generated"]
