@@ -25,9 +25,9 @@ from typing import Any
 import pandas as pd
 
 from ragbench.errors import DataError
-from ragbench.index.cache import ArtifactCache
+from ragbench.index.cache import ArtifactCache, default_cache_root
 
-__all__ = ["VARYING", "Plot", "images"]
+__all__ = ["VARYING", "Plot", "images", "run_cache"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,14 @@ def images(wanted: Sequence[Plot], cache: ArtifactCache | None = None) -> dict[s
         else:
             log.info("skipping plot %s: %s", plot.name, found)
     return out
+
+
+def run_cache(recorded: object) -> ArtifactCache:
+    """The stage cache a run recorded in its manifest (its plots are kept beside its
+    artifacts), or the default one when that folder is not on this machine."""
+    if isinstance(recorded, str) and recorded and Path(recorded).is_dir():
+        return ArtifactCache(recorded)
+    return ArtifactCache(default_cache_root())
 
 
 def _cached(plot: Plot, store: ArtifactCache) -> bytes | str:

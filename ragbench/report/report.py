@@ -34,11 +34,10 @@ from ragbench.evaluate.metrics import (
 from ragbench.evaluate.significance import bootstrap_ci, compare, compare_all
 from ragbench.experiment.config import trial_of
 from ragbench.experiment.store import RunStore
-from ragbench.index.cache import ArtifactCache, default_cache_root
 from ragbench.registry import redundancy
 from ragbench.report.confidence import PickConfidence, pick_confidence, tie_text
 from ragbench.report.drilldown import drilldown
-from ragbench.report.figures import VARYING, Plot
+from ragbench.report.figures import VARYING, Plot, run_cache
 from ragbench.report.figures import images as figure_images
 from ragbench.report.grids import chunker_kinds, swept_parameters
 from ragbench.report.tables import latency_stages, markdown_table, spend, usage_stages, usd
@@ -632,7 +631,7 @@ class Report:
 
         folder = Path(out) if out is not None else self.run_dir
         folder.mkdir(parents=True, exist_ok=True)
-        images = figure_images(self.plots(), ArtifactCache(self._cache_root()))
+        images = figure_images(self.plots(), run_cache(self.manifest.get("cache_root")))
         written: dict[str, Path] = {}
         if "md" in formats:
             (folder / "plots").mkdir(exist_ok=True)
@@ -647,14 +646,6 @@ class Report:
             written["latex"] = folder / "report.tex"
             written["latex"].write_text(self.to_latex(), encoding="utf-8")
         return written
-
-    def _cache_root(self) -> Path:
-        """The run's stage cache (its plots are kept beside its artifacts), or the default
-        one when that folder is not on this machine."""
-        recorded = self.manifest.get("cache_root")
-        if recorded and Path(recorded).is_dir():
-            return Path(recorded)
-        return default_cache_root()
 
     def _repr_html_(self) -> str:
         table = self.display_table().to_html(index=False, escape=True)
