@@ -269,19 +269,7 @@ def draw(section: Figures) -> Lines:
         "Dense retrieval alone, per kind of pairs: the model chosen on train among that kind's "
         "dense trials, then scored once on test:",
         "",
-        table(
-            ["pairs", "dense trials", "chosen on train", "ndcg@10 on train", "ndcg@10 on test"],
-            [
-                (
-                    p["pairs"],
-                    num(p["candidates"]),
-                    p["label"],
-                    num(p["ndcg@10 on train"]),
-                    num(p["ndcg@10 on test"]),
-                )
-                for p in section["dense_picks"]
-            ],
-        ),
+        _draw_dense_picks(section["dense_picks"]),
         "",
         f"Chosen on train: `{section['chosen']['label']}`. Against the best trial without a tuned "
         f"model (`{section['untuned']['label']}`) on the test queries: Δ ndcg@10 "
@@ -300,6 +288,23 @@ def draw(section: Figures) -> Lines:
         "",
         *_draw_held_out(section["held_out"]),
     ]
+
+
+def _draw_dense_picks(picks: Sequence[Figures]) -> str:
+    """Per kind of pairs, the dense trial chosen on train and its scores."""
+    return table(
+        ["pairs", "dense trials", "chosen on train", "ndcg@10 on train", "ndcg@10 on test"],
+        [
+            (
+                p["pairs"],
+                num(p["candidates"]),
+                p["label"],
+                num(p["ndcg@10 on train"]),
+                num(p["ndcg@10 on test"]),
+            )
+            for p in picks
+        ],
+    )
 
 
 def _chance(models: Sequence[Figures]) -> str:
