@@ -2,8 +2,9 @@
 
 A plot is a ``Plot``: a function of ``ragbench.report.plots`` and the data it is called with.
 Its PNG is kept in the stage cache (area ``plots``) under a key made of the function's name,
-its arguments' content, the source of ``plots.py`` and matplotlib's version; a plot that does
-not apply to a run (``DataError``) is kept as that verdict. A warm rerun of a sweep therefore
+its arguments' content, the source of the drawing code (``plots.py`` and the report modules it
+draws with), the retriever kinds' colour slots and matplotlib's version; a plot that does not
+apply to a run (``DataError``) is kept as that verdict. A warm rerun of a sweep therefore
 writes its report without importing matplotlib or drawing anything. The run-varying columns of
 the trials table (``VARYING``: this process's wall time and memory) are never passed to a
 plot, so they do not change its key.
@@ -26,6 +27,7 @@ import pandas as pd
 
 from ragbench.errors import DataError
 from ragbench.index.cache import ArtifactCache, default_cache_root
+from ragbench.registry import components
 
 __all__ = ["VARYING", "Plot", "images", "run_cache"]
 
@@ -35,6 +37,7 @@ VARYING = ("seconds", "peak_rss_mb")
 """Columns of the trials table that differ between two runs of the same sweep."""
 
 _AREA = "plots"
+_DRAWING = ("ragbench.report.plots", "ragbench.report.tables", "ragbench.report.grids")
 _PNG = "plot.png"
 _SKIP = "skip.txt"  # the DataError message of a plot that does not apply
 
@@ -58,17 +61,16 @@ class Plot:
     def key(self) -> str:
         """What the PNG depends on: the function, its arguments' content and the drawing
         code's version."""
-        digest = hashlib.sha256(json.dumps([self.function, _version()]).encode())
+        version = [self.function, _drawing(), _colours()]
+        digest = hashlib.sha256(json.dumps(version).encode())
         for value in (*self.args, dict(sorted(self.kwargs.items()))):
             _feed(digest, value)
         return digest.hexdigest()[:32]
 
 
-def images(wanted: Sequence[Plot], cache: ArtifactCache | None = None) -> dict[str, bytes]:
+def images(wanted: Sequence[Plot], store: ArtifactCache) -> dict[str, bytes]:
     """PNG bytes of every plot of ``wanted`` that applies (name → bytes), each drawn once and
-    then read from ``cache`` (default: the stage cache); an unwritable cache only costs the
-    drawing."""
-    store = cache or ArtifactCache()
+    then read from ``store``; an unwritable cache only costs the drawing."""
     out = {}
     for plot in wanted:
         try:
@@ -118,12 +120,20 @@ def _render(plot: Plot) -> bytes | str:
 
 
 @cache
-def _version() -> tuple[str, str]:
-    """The drawing code's source digest and matplotlib's version."""
-    spec = importlib.util.find_spec("ragbench.report.plots")
-    origin = Path(spec.origin) if spec is not None and spec.origin else None
-    source = origin.read_bytes() if origin is not None and origin.is_file() else b""
-    return hashlib.sha256(source).hexdigest(), importlib.metadata.version("matplotlib")
+def _drawing() -> tuple[str, str]:
+    """The digest of the drawing code's sources (``_DRAWING``) and matplotlib's version."""
+    digest = hashlib.sha256()
+    for module in _DRAWING:
+        spec = importlib.util.find_spec(module)
+        origin = Path(spec.origin) if spec is not None and spec.origin else None
+        digest.update(origin.read_bytes() if origin is not None and origin.is_file() else b"")
+    return digest.hexdigest(), importlib.metadata.version("matplotlib")
+
+
+def _colours() -> dict[str, int | None]:
+    """The palette slot each registered retriever kind declares (plugins may add kinds)."""
+    retrievers = components("retriever")
+    return {kind: retrievers.config_class(kind).colour for kind in retrievers.kinds()}
 
 
 def _feed(digest: Any, value: object) -> None:
