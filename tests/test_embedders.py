@@ -1,10 +1,14 @@
 """Embedders: real MiniLM (offline), model-name resolution, prompts, hashing, fallback chain."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from ragbench.index.batching import TORCH_BATCH_TOKENS, budget, token_batches
 from ragbench.index.embedders import (
     EmbeddingError,
     FallbackEmbedder,
@@ -12,6 +16,7 @@ from ragbench.index.embedders import (
     HashingEmbedder,
     SentenceTransformerConfig,
     SentenceTransformerEmbedder,
+    _token_lengths,
 )
 from ragbench.models import model_identity, resolve_model
 from ragbench.registry import components
@@ -86,3 +91,62 @@ def test_fallback_spec_builds_from_the_registry() -> None:
         {"kind": "fallback", "providers": [{"kind": "hashing", "dim": 16}]}
     )
     assert chain.embed(["a b"]).shape == (1, 16)
+
+
+def test_token_batches_cover_every_row_once_within_the_budget() -> None:
+    lengths = [3, 256, 40, 256, 7, 128, 1, 90]
+    batches = list(token_batches(lengths, 300))
+    rows = np.concatenate(batches)
+    assert sorted(rows.tolist()) == list(range(len(lengths)))
+    assert [lengths[i] for i in rows] == sorted(lengths, reverse=True)
+    assert all(len(b) * max(lengths[i] for i in b) <= 300 for b in batches)
+    assert [len(b) for b in batches] == [1, 1, 2, 4]
+    assert budget(256, 32, TORCH_BATCH_TOKENS) == TORCH_BATCH_TOKENS
+    assert budget(256, 2, TORCH_BATCH_TOKENS) == 512
+    assert budget(4096, 32, TORCH_BATCH_TOKENS) == 4096  # one full-length row at least
+
+
+def test_torch_batches_give_the_vectors_of_one_encode_call() -> None:
+    # Mixed lengths, past the 256-token limit, so several batches of different widths are run.
+    texts = [("cells divide " * n).strip() for n in (1, 400, 3, 60, 150, 2, 90, 400, 12)]
+    embedder = SentenceTransformerEmbedder(SentenceTransformerConfig(max_seq_length=256))
+    model = embedder.model
+    lengths = _token_lengths(model, texts, part=4)
+    assert lengths[1] == lengths[7] == 256 and lengths[0] == 4  # [CLS] cells divide [SEP]
+    assert len(list(token_batches(lengths, TORCH_BATCH_TOKENS))) > 1
+    expected = model.encode(texts, batch_size=len(texts), normalize_embeddings=True)
+    assert np.allclose(embedder.embed(texts), expected, atol=1e-5)
+
+
+_FAULTS = """
+import resource, sys
+import numpy as np
+from ragbench.index.batching import keep_freed_memory
+kept = keep_freed_memory() if sys.argv[1] == "keep" else False
+np.ones(40 << 17).sum()  # a first 40 MB block, so glibc's own threshold has seen one
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(20):
+    np.ones(40 << 17).sum()  # 40 MB allocated, written, freed
+print(kept, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc's malloc thresholds")
+def test_freed_memory_is_reused_instead_of_faulted_in_again() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+
+    def faults(mode: str, **extra: str) -> tuple[str, int]:
+        out = subprocess.run(
+            [sys.executable, "-c", _FAULTS, mode],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        return out[0], int(out[1])
+
+    kept, few = faults("keep")
+    _, many = faults("default")
+    assert kept == "True" and many >= 20 * 20  # a fault per 2 MB (huge) page at least
+    assert few < many / 10
+    assert faults("keep", MALLOC_TRIM_THRESHOLD_="131072")[0] == "False"  # the user's choice

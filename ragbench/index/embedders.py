@@ -37,6 +37,12 @@ from pydantic import (
 from ragbench import progress
 from ragbench.errors import RagbenchError
 from ragbench.index import onnx as onnx_backend
+from ragbench.index.batching import (
+    TORCH_BATCH_TOKENS,
+    budget,
+    keep_freed_memory,
+    token_batches,
+)
 from ragbench.index.finetune import Family, Tunable
 from ragbench.llm.client import LLMClient, LLMError, LLMOptions
 from ragbench.models import DEFAULT_MODEL, hub_offline, model_identity, resolve_model
@@ -146,6 +152,7 @@ def _load_sentence_transformer(name: str, revision: str | None, device: str) -> 
     with _MODELS_LOCK:
         if key not in _MODELS:
             hub_offline()
+            keep_freed_memory()
             from sentence_transformers import SentenceTransformer
 
             try:
@@ -220,7 +227,7 @@ class SentenceTransformerEmbedder:
         return identity
 
     def embed(self, texts: Sequence[str], role: Role = "document") -> np.ndarray:
-        """Encode ``texts`` (sorted by length internally, batched) into float32 rows; the
+        """Encode ``texts`` (in token-budget batches, longest first) into float32 rows; the
         texts done are counted for the progress display (``ragbench.progress``)."""
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
@@ -250,19 +257,18 @@ class SentenceTransformerEmbedder:
     def _encode(
         self, model: Any, texts: Sequence[str], prompt: str, advance: Callable[[int], None]
     ) -> np.ndarray:
-        """Torch vectors of ``texts``, encoded in parts of 4 batches taken in the model's own
-        length order (so its batches are those of one call) to count progress between them."""
-        order = np.argsort([-len(t) for t in texts])  # sentence-transformers' order
-        step = self.config.batch_size * 4
+        """Torch vectors of ``texts`` in batches of at most ``TORCH_BATCH_TOKENS`` padded tokens
+        (``ragbench.index.batching``), longest first, each batch one ``encode`` call."""
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
         previous = model.max_seq_length
-        model.max_seq_length = self.max_seq_length
+        model.max_seq_length = length = self.max_seq_length
         try:
-            for start in range(0, len(texts), step):
-                rows = order[start : start + step]
+            lengths = _token_lengths(model, [prompt + t for t in texts] if prompt else texts)
+            most = budget(length, self.config.batch_size, TORCH_BATCH_TOKENS)
+            for rows in token_batches(lengths, most):
                 out[rows] = model.encode(
                     [texts[i] for i in rows],
-                    batch_size=self.config.batch_size,
+                    batch_size=len(rows),
                     normalize_embeddings=self.config.normalize,
                     prompt=prompt or None,
                     convert_to_numpy=True,
@@ -272,6 +278,19 @@ class SentenceTransformerEmbedder:
         finally:
             model.max_seq_length = previous
         return out
+
+
+def _token_lengths(model: Any, texts: Sequence[str], part: int = 1024) -> list[int]:
+    """Tokens of each text as ``model`` feeds it (truncated, special tokens included), tokenized
+    ``part`` texts at a time to bound the padded arrays; a model whose tokenizer gives no
+    attention mask counts every text at its maximum length."""
+    lengths: list[int] = []
+    for start in range(0, len(texts), part):
+        mask = model.tokenize(list(texts[start : start + part])).get("attention_mask")
+        if mask is None:
+            return [int(model.max_seq_length)] * len(texts)
+        lengths += [int(n) for n in mask.sum(dim=1).tolist()]
+    return lengths
 
 
 class HashingConfig(ComponentConfig):

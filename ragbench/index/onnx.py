@@ -37,9 +37,9 @@ prepended to each text, the model's own tokenizer truncates to ``max_seq_length`
 module's mode pools the token embeddings over the attention mask (prompt tokens left out when
 the pooling excludes them), and vectors are L2-normalised when asked or when the model ends in
 ``Normalize``. Texts are tokenized once, sorted by length and cut into batches of at most
-``_BATCH_TOKENS`` padded tokens (or ``batch_size × max_seq_length`` when smaller; short texts
-go many to a batch, long ones few), which wastes little on padding and keeps a batch's
-activations in cache. Sessions use every usable core
+``ONNX_BATCH_TOKENS`` padded tokens (``ragbench.index.batching``; or ``batch_size ×
+max_seq_length`` when smaller), which wastes little on padding and keeps a batch's activations
+in cache. Sessions use every usable core
 (``intra_op_num_threads``) and ONNX Runtime's full graph optimisation. A session keeps the
 threads it was created with, so within ``pinned_threads(n)`` (the latency pass) an encoder runs
 a session of ``n`` intra-op threads, created on first use and kept beside the default one (the
@@ -63,6 +63,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ragbench.errors import RagbenchError
+from ragbench.index.batching import ONNX_BATCH_TOKENS, budget, token_batches
 from ragbench.index.cache import ArtifactCache
 from ragbench.models import hub_offline, model_identity, resolve_model
 
@@ -97,7 +98,6 @@ _PIPELINE_FILE = "pipeline.json"
 _TOKENIZER_DIR = "tokenizer"
 _OUTPUT = "token_embeddings"
 _CHECK_ATOL = 1e-3  # largest |onnx - torch| of a token embedding an fp32 export may show
-_BATCH_TOKENS = 1024  # padded tokens per batch: on 2 AVX-512 cores, 1k beat 2k and 8k by 7-10%
 
 exports = 0
 """Exports this process has built (tests read it: a second embedder must reuse the first's)."""
@@ -535,7 +535,7 @@ class OnnxEncoder:
         advance: Callable[[int], object] | None = None,
     ) -> np.ndarray:
         """Float32 ``(n, dimension)`` vectors of ``texts`` (prompt prepended to each); batches
-        hold at most ``_BATCH_TOKENS`` (or ``batch_size × max_seq_length``) padded tokens;
+        hold at most ``ONNX_BATCH_TOKENS`` (or ``batch_size × max_seq_length``) padded tokens;
         ``advance`` hears the texts of each batch done."""
         p = self.pipeline
         length = max_seq_length or p.max_seq_length
@@ -544,8 +544,8 @@ class OnnxEncoder:
             return out
         ids = self.tokenize([prompt + t for t in texts] if prompt else texts, length)
         skip = 0 if (p.include_prompt or not prompt) else self.prompt_length(prompt, length)
-        budget = max(length, min(_BATCH_TOKENS, batch_size * length))
-        for rows in _batches([len(x) for x in ids], budget):
+        most = budget(length, batch_size, ONNX_BATCH_TOKENS)
+        for rows in token_batches([len(x) for x in ids], most):
             feed, mask = self._feed([ids[i] for i in rows])
             tokens = self.session.run([_OUTPUT], feed)[0]
             out[rows] = _pool(tokens, mask, p.pooling, skip)
@@ -569,17 +569,6 @@ class OnnxEncoder:
         if "token_type_ids" in self.pipeline.inputs:
             feed["token_type_ids"] = np.zeros_like(ids)
         return {n: feed[n] for n in self.pipeline.inputs}, mask
-
-
-def _batches(lengths: Sequence[int], max_tokens: int) -> Iterator[np.ndarray]:
-    """Row indices by decreasing length, cut so that rows × the longest row ≤ ``max_tokens``."""
-    order = np.argsort(-np.asarray(lengths), kind="stable")
-    start = 0
-    while start < len(order):
-        width = max(1, lengths[order[start]])
-        stop = min(len(order), start + max(1, max_tokens // width))
-        yield order[start:stop]
-        start = stop
 
 
 def _pool(tokens: np.ndarray, mask: np.ndarray, modes: Sequence[str], skip: int) -> np.ndarray:

@@ -28,6 +28,7 @@ from pydantic import Field
 
 from ragbench import progress
 from ragbench.errors import RagbenchError
+from ragbench.index.batching import keep_freed_memory
 from ragbench.index.finetune import Family, Tunable
 from ragbench.llm.client import LLMClient, LLMError, LLMOptions
 from ragbench.models import hub_offline, resolve_model
@@ -292,6 +293,7 @@ def _load_cross_encoder(name: str, device: str) -> Any:
     with _CROSS_ENCODERS_LOCK:
         if key not in _CROSS_ENCODERS:
             hub_offline()
+            keep_freed_memory()
             from sentence_transformers import CrossEncoder
 
             try:
