@@ -6,7 +6,8 @@ little is spent on padding and a batch's activations stay small. Small matters t
 they stay in cache, and with torch they stay under glibc's largest ``mmap`` threshold (32 MB),
 so each batch reuses freed heap memory instead of faulting fresh pages in. Measured on 600
 SciFact abstracts at 256 tokens (MiniLM, 2 cores): batches of 32 texts spent 5 s of 25 s in
-the kernel on 2.8 million page faults; 2,048-token batches spent 0.2 s, 11% less wall time.
+the kernel on 2.8 million page faults; 2,048-token batches spent 0.2-1.5 s there and 11%
+less wall time (two runs each).
 
 glibc still hands freed memory back to the kernel once the top of the heap holds more than its
 trim threshold, so a long encode faults pages in again (2,000 abstracts: 3.6 million faults,
