@@ -86,8 +86,15 @@ class Optimized:
 
     @property
     def queries(self) -> int:
-        """Queries the sweep evaluated."""
+        """Queries the sweep evaluated: those judged at the document level (a generated query
+        whose context repeats most of its words is judged at the span levels only)."""
         return int(self.run.manifest["queries"]["count"])
+
+    @property
+    def generated(self) -> int:
+        """Queries in the labels."""
+        with open(self.labels / "queries.jsonl", encoding="utf-8") as lines:
+            return sum(1 for line in lines if line.strip())
 
 
 def _labels_key(

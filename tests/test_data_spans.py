@@ -162,11 +162,37 @@ def test_bad_evidence_names_file_line_query_and_document(
             '{"id": "q1", "text": "x", "evidence": [], "split": 1}',
             r"expected a string under 'split'",
         ),
+        (
+            '{"id": "q1", "text": "x", "qrels": {"a.md": 1}, "levels": ["passage"]}',
+            r"query 'q1': expected under 'levels' a non-empty list of document, chunk, span, "
+            r"found \['passage'\]",
+        ),
+        (
+            '{"id": "q1", "text": "x", "qrels": {"a.md": 1}, "levels": ["span"]}',
+            r"query 'q1': 'levels' names the chunk or span level, which needs evidence",
+        ),
+        (
+            '{"id": "q1", "text": "x", "qrels": {"a.md": 1}, "levels": "span"}',
+            r"expected a list under 'levels'",
+        ),
     ],
 )
 def test_bad_query_lines(tmp_path: Path, line: str, expected: str) -> None:
     with pytest.raises(DataError, match=expected):
         load_spans(make_spans(tmp_path / "s", [line]))
+
+
+def test_levels_restrict_a_query_and_enter_the_fingerprint(tmp_path: Path) -> None:
+    lazy = {"doc_id": "a.md", "text": "lazy"}
+    plain = load_spans(make_spans(tmp_path / "plain", [query(evidence=[lazy])]))
+    levels = load_spans(
+        make_spans(tmp_path / "levels", [query(evidence=[lazy], levels=["span", "chunk"])])
+    )
+    assert plain.levels == {} and plain.judged_at("document") == {"q1"}
+    assert levels.levels == {"q1": frozenset({"chunk", "span"})}
+    assert levels.judged_at("document") == set() and levels.judged_at("span") == {"q1"}
+    assert levels.fingerprint != plain.fingerprint
+    assert levels.subset(["q1"]).levels == levels.levels
 
 
 def test_missing_split_names_the_splits_found(tmp_path: Path) -> None:

@@ -123,6 +123,7 @@ def test_ict_on_a_hand_checkable_document(tmp_path: Path) -> None:
     assert queries[third]["metadata"] == {
         "method": "ict",
         "sources": [{"doc_id": "guide.md", "start": 25, "end": 77}],
+        "repeated": 0.0,  # the share of its terms its neighbours repeat
         "cut": {"doc_id": "guide.md", "start": 136, "end": 183},  # with the space before it
         "generator": {
             "method": "ict",
@@ -131,6 +132,7 @@ def test_ict_on_a_hand_checkable_document(tmp_path: Path) -> None:
             "window": 1,
             "min_words": 5,
             "evidence_terms": 1,
+            "repeated_share": 0.45,
             "keep_numbers": False,
             "keep_references": False,
         },
@@ -154,6 +156,50 @@ def test_ict_on_a_hand_checkable_document(tmp_path: Path) -> None:
         generate(corpus, tmp_path / "strict", IctMethod(window=1, min_words=5), n=100)
     )
     assert [q.get("evidence") for q in strict] == [None] * len(strict)
+
+
+REPEATING = """\
+Moraine dams hold glacier lakes above the valley villages. Moraine dams of glacier lakes fail \
+above the valley villages in spring. Farmers grow barley and potatoes on terraces that face \
+south, and moraine dams of glacier lakes sometimes flood those terraces.
+"""
+
+
+def test_a_sentence_its_neighbours_repeat_is_judged_at_the_span_levels_only(
+    tmp_path: Path,
+) -> None:
+    """Its neighbours would give its document away by the words they repeat: a document-level
+    run leaves it out, a span-level run scores it."""
+    corpus = _corpus(tmp_path / "docs", {"lakes.md": REPEATING})
+    result = generate(corpus, tmp_path / "set", IctMethod(window=1), n=3)
+    queries = {q["text"].split()[2]: q for q in _queries(result)}  # by their third word
+    # the second sentence repeats 7 of the first's 8 terms (stemmed, without stopwords:
+    # morain dam glacier lake abov valley villag, not hold) and 4 of the third's 14 (morain dam
+    # glacier lake: 0.286, not above the default 0.45)
+    repeated = {word: (q["metadata"]["repeated"], q.get("levels")) for word, q in queries.items()}
+    assert repeated == {"hold": (0.875, ["chunk", "span"]), "barley": (0.286, None)}
+    assert result.dropped == {"overlaps another query": 1}  # the middle one, their evidence
+    data = load_spans(result.path)
+    assert data.levels == {queries["hold"]["id"]: frozenset({"chunk", "span"})}
+
+    def evaluated(level: str, metric: str) -> list[str]:
+        config = {
+            "name": f"levels-{level}",
+            "dataset": {"path": str(result.path)},
+            "evaluation": {"level": level, "metrics": [metric]},
+            "sweep": {
+                "chunker": [{"kind": "sentence", "size": 20}],
+                "retriever": [{"kind": "bm25"}],
+            },
+        }
+        done = run(config, tmp_path / level, cache_root=tmp_path / "cache", progress=False)
+        return sorted(done.per_query["query_id"].unique())
+
+    assert evaluated("document", "recall@5") == [queries["barley"]["id"]]
+    assert evaluated("span", "span_recall@5") == sorted(q["id"] for q in queries.values())
+    # with --repeated-share 1 every query is judged at the document level as well
+    loose = generate(corpus, tmp_path / "loose", IctMethod(window=1, repeated_share=1.0), n=3)
+    assert all("levels" not in q for q in _queries(loose))
 
 
 def test_ict_skips_code_numbers_and_sentences_that_refer_back(tmp_path: Path) -> None:

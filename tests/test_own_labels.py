@@ -273,7 +273,7 @@ BAD_LINES = [
     (
         {"query": "x", "relevnt": ["faq.md"]},
         "query 'q2': unknown key(s) 'relevnt' (allowed: id, text, query, type, split, answer, "
-        "evidence, qrels, relevant, metadata)",
+        "evidence, qrels, relevant, levels, metadata)",
     ),
     (
         {"query": "x", "evidence": [{"doc": "faq.md", "doc_id": "faq.md", "text": "FAQ"}]},

@@ -120,7 +120,9 @@ methods:
             find its document; span evidence is the --window sentences before
             and after it that share --evidence-terms terms with it. Skipped:
             headings, code, table rows, sentences that open by referring back
-            (This, However, We, ...) and sentences with digits
+            (This, However, We, ...) and sentences with digits. A query whose
+            context repeats most of its terms (--repeated-share) is judged at
+            the chunk and span levels only: it would find its document by them
   headings  (offline; Markdown and HTML) a heading is the query, cut out of the
             corpus; its section's body the evidence; generic headings and short
             sections are skipped
@@ -202,6 +204,13 @@ _GENERATE = Command(
             "K",
             int,
             "ict: terms a context sentence shares with the query to be its evidence (default: 3)",
+        ),
+        _Number(
+            "--repeated-share",
+            "F",
+            float,
+            "ict: a query with evidence whose context repeats more than the share F of its "
+            "terms is judged at the chunk and span levels only (default: 0.45; 1: never)",
         ),
         Arg(
             "--keep-numbers", action="store_true", help="ict: sentences with digits may be queries"

@@ -23,7 +23,8 @@ def _optimize(args: argparse.Namespace) -> int:
     )
     made = done.generation
     how = "reused" if made is None else f"generated from {made.documents:,} documents"
-    print(f"labels:        {done.labels} ({done.queries:,} queries, {how})")
+    judged = "" if done.generated == done.queries else f", {done.queries:,} judged by document"
+    print(f"labels:        {done.labels} ({done.generated:,} queries, {how}{judged})")
     print_frame(trial_table(done.run.trials, done.run.metrics))
     print(f"\nrun directory: {done.run.path}\nreport:        {done.files['html']}\n")
     print("\n".join(answer_lines(done.report, args.collection)))

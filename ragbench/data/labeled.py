@@ -4,8 +4,9 @@ optional reference answers.
 Labels live at the document level (``qrels``: query id → doc id → grade, as in BEIR / trec_eval)
 and, where known, at the character-span level (``evidence``), so that evaluation can project any
 chunker's rankings back onto them. ``answers`` (query id → reference answer) are what answer
-metrics compare generated answers with. ``fingerprint`` hashes the content and keys caches and
-runs.
+metrics compare generated answers with. ``levels`` names the queries judged at some evaluation
+levels only (a generated query whose document-level label would be degenerate is judged at the
+chunk and span levels alone). ``fingerprint`` hashes the content and keys caches and runs.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from functools import cached_property
 
 from ragbench.types import Document, Query
 
-__all__ = ["Evidence", "LabeledSet", "Qrels", "corpus_fingerprint"]
+__all__ = ["LEVELS", "Evidence", "LabeledSet", "Qrels", "corpus_fingerprint"]
+
+LEVELS = ("document", "chunk", "span")
+"""The evaluation levels, coarsest first (``evaluation.level``)."""
 
 Qrels = dict[str, dict[str, int]]
 
@@ -40,8 +44,9 @@ class Evidence:
 
 @dataclass(eq=False)
 class LabeledSet:
-    """Documents, queries of one split, their qrels and (optionally) span evidence and
-    reference answers."""
+    """Documents, queries of one split, their qrels and (optionally) span evidence, reference
+    answers and the levels a query is judged at (query id → levels; a query not named is judged
+    at every level)."""
 
     name: str
     documents: list[Document]
@@ -50,6 +55,7 @@ class LabeledSet:
     evidence: dict[str, list[Evidence]] = field(default_factory=dict)
     split: str = "test"
     answers: dict[str, str] = field(default_factory=dict)
+    levels: dict[str, frozenset[str]] = field(default_factory=dict)
 
     @cached_property
     def doc_index(self) -> dict[str, Document]:
@@ -58,9 +64,9 @@ class LabeledSet:
 
     @cached_property
     def fingerprint(self) -> str:
-        """SHA-256 over documents, queries, qrels, evidence, split and reference answers
-        (order-independent ids). Answers enter only when there are any, so a set without them
-        keeps the fingerprint it had before sets could carry answers."""
+        """SHA-256 over documents, queries, qrels, evidence, split, reference answers and
+        judged levels (order-independent ids). Answers and levels enter only when there are
+        any, so a set without them keeps the fingerprint it had before sets could carry them."""
         h = hashlib.sha256()
 
         def put(*parts: object) -> None:
@@ -82,6 +88,8 @@ class LabeledSet:
                 put("span", qid, e.doc_id, e.start, e.end, e.grade)
         for qid in sorted(self.answers):
             put("answer", qid, self.answers[qid])
+        for qid in sorted(self.levels):
+            put("levels", qid, *sorted(self.levels[qid]))
         return h.hexdigest()
 
     @cached_property
@@ -93,6 +101,10 @@ class LabeledSet:
     def has_spans(self) -> bool:
         """Whether span-level evaluation is possible."""
         return bool(self.evidence)
+
+    def judged_at(self, level: str) -> set[str]:
+        """The ids of the queries judged at evaluation ``level``."""
+        return {q.id for q in self.queries if level in self.levels.get(q.id, LEVELS)}
 
     @property
     def has_answers(self) -> bool:
@@ -111,6 +123,7 @@ class LabeledSet:
             evidence={q: self.evidence[q] for q in wanted if q in self.evidence},
             split=self.split,
             answers={q: self.answers[q] for q in wanted if q in self.answers},
+            levels={q: self.levels[q] for q in wanted if q in self.levels},
         )
 
     def _repr_html_(self) -> str:

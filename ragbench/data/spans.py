@@ -12,10 +12,13 @@ per line::
      "qrels": {"c.md": 1}, "metadata": {...}}
 
 Only the query is required. ``id`` defaults to ``q<line number>``; ``type``, ``split`` (default
-``"test"``), ``answer``, ``evidence``, ``qrels`` and ``metadata`` are optional. The shorter
-spellings of hand-written labels are accepted too (``ragbench.data.folder``): ``query`` for
-``text``, ``relevant`` for ``qrels`` (an object of grades or a list of document ids, grade 1),
-``doc`` for an evidence's ``doc_id``. Evidence is located by ``text``, which must occur exactly
+``"test"``), ``answer``, ``evidence``, ``qrels``, ``levels`` and ``metadata`` are optional. The
+shorter spellings of hand-written labels are accepted too (``ragbench.data.folder``): ``query``
+for ``text``, ``relevant`` for ``qrels`` (an object of grades or a list of document ids, grade
+1), ``doc`` for an evidence's ``doc_id``. ``levels`` (a list of ``document``, ``chunk``,
+``span``; default all) names the evaluation levels a query is judged at; a run at another level
+leaves it out (a generated query whose document-level label would be degenerate; the finer
+levels need evidence). Evidence is located by ``text``, which must occur exactly
 once in the document — verbatim, else with every run of whitespace matching any run — or by
 character offsets ``start`` < ``end`` (end-exclusive) into the document as loaded; when both are
 given they must agree (and the offsets then settle which occurrence is meant). An evidence grade
@@ -48,7 +51,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ragbench.data.cuts import CUTS_FILE, apply_cuts, read_cuts, write_cuts
-from ragbench.data.labeled import Evidence, LabeledSet
+from ragbench.data.labeled import LEVELS, Evidence, LabeledSet
 from ragbench.data.problems import Problem, ProblemLog, check_corpus, check_judged, jsonl_records
 from ragbench.data.trec import grade_problem, unwritable
 from ragbench.errors import DataError, RagbenchError
@@ -83,6 +86,7 @@ _QUERY_KEYS = (
     "evidence",
     "qrels",
     "relevant",
+    "levels",
     "metadata",
 )
 _EVIDENCE_KEYS = ("doc_id", "doc", "text", "start", "end", "grade")
@@ -128,6 +132,7 @@ class JudgedQuery:
     qrels: dict[str, int]
     evidence: list[Evidence]
     answer: str | None
+    levels: frozenset[str] | None = None
 
 
 def labeled_set(
@@ -160,6 +165,7 @@ def labeled_set(
         evidence={q.query.id: q.evidence for q in chosen if q.evidence},
         split=split,
         answers={q.query.id: q.answer for q in chosen if q.answer is not None},
+        levels={q.query.id: q.levels for q in chosen if q.levels is not None},
     )
 
 
@@ -317,7 +323,7 @@ def _query(record: dict[str, Any], at: _Where, corpus: _Corpus) -> JudgedQuery |
     fields = _checked(record, at, what, _QUERY_KEYS, _QUERY_TYPES)
     if fields is None:
         return None
-    qtype, split, answer, items, metadata = fields
+    qtype, split, answer, items, listed, metadata = fields
     if not split.strip():
         at.error(f"{what}: expected a split name under 'split' (default 'test'), found {split!r}")
         return None
@@ -343,8 +349,27 @@ def _query(record: dict[str, Any], at: _Where, corpus: _Corpus) -> JudgedQuery |
     qrels = _qrels(qid, evidence, judgements, {} if judged is None else judged, at, corpus)
     if qrels is None:
         return None
+    levels = None if listed is None else _levels(listed, bool(evidence), at, what)
+    if listed is not None and levels is None:
+        return None
     meta = {**metadata, "type": qtype} if qtype is not None else metadata
-    return JudgedQuery(Query(qid, text, meta), split, qrels, evidence, answer)
+    return JudgedQuery(Query(qid, text, meta), split, qrels, evidence, answer, levels)
+
+
+def _levels(listed: list[Any], spans: bool, at: _Where, what: str) -> frozenset[str] | None:
+    """The evaluation levels a query's ``levels`` names, or None after recording why they are
+    unusable: unknown or no levels, or a finer level than ``document`` without evidence."""
+    unknown = [level for level in listed if level not in LEVELS]
+    if not listed or unknown:
+        at.error(
+            f"{what}: expected under 'levels' a non-empty list of {', '.join(LEVELS)}, "
+            f"found {listed!r}"
+        )
+        return None
+    if not spans and set(listed) - {"document"}:
+        at.error(f"{what}: 'levels' names the chunk or span level, which needs evidence")
+        return None
+    return frozenset(listed)
 
 
 # optional key → (type, default); the query and its judgements, which have two spellings each,
@@ -354,6 +379,7 @@ _QUERY_TYPES: dict[str, tuple[type, Any]] = {
     "split": (str, "test"),
     "answer": (str, None),
     "evidence": (list, []),
+    "levels": (list, None),
     "metadata": (dict, {}),
 }
 

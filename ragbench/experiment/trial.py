@@ -171,9 +171,17 @@ class Context:
 def _evaluated_queries(
     labeled: LabeledSet, evaluation: EvaluationSpec, dataset: str
 ) -> list[tuple[str, str]]:
-    """The (id, text) of the queries ``evaluation`` scores: those with a relevant judgement,
-    and with span evidence when its level or a metric needs spans."""
+    """The (id, text) of the queries ``evaluation`` scores: those judged at its level with a
+    relevant judgement, and with span evidence when its level or a metric needs spans."""
     ids = set(relevant_query_ids(labeled.qrels, evaluation.relevance_level))
+    elsewhere = ids - labeled.judged_at(evaluation.level)
+    if elsewhere:
+        log.info(
+            "%d queries judged at other levels only are left out at level %r",
+            len(elsewhere),
+            evaluation.level,
+        )
+    ids -= elsewhere
     if evaluation.level in {"chunk", "span"} or any(m.is_span for m in evaluation.metrics):
         if not labeled.has_spans:
             raise ConfigError(

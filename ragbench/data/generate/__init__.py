@@ -98,7 +98,10 @@ StrPath = str | os.PathLike[str]
 METHODS = ("ict", "headings", "llm")
 # option -> the methods it applies to
 _OPTIONS: dict[str, tuple[str, ...]] = {
-    **dict.fromkeys(("window", "evidence_terms", "keep_numbers", "keep_references"), ("ict",)),
+    **dict.fromkeys(
+        ("window", "evidence_terms", "repeated_share", "keep_numbers", "keep_references"),
+        ("ict",),
+    ),
     "min_words": METHODS,
     **dict.fromkeys(
         (
@@ -370,6 +373,8 @@ def _record(
         record["evidence"] = evidence
     if draft.judged:
         record["qrels"] = dict.fromkeys(draft.judged, DEFAULT_EVIDENCE_GRADE)
+    if draft.levels and evidence:
+        record["levels"] = list(draft.levels)
     record["metadata"] = {
         "method": generator["method"],
         "sources": [

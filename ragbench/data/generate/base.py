@@ -315,8 +315,9 @@ class Draft:
     """A generated query: its text and type, evidence spans, the passage(s) it was made from,
     a reference answer (LLM only), method-specific details for its metadata, the text the
     query was taken from (``cut``: a sentence, a heading), which the written set cuts out of
-    its document so that the query cannot find it by exact match, and documents ``judged``
-    relevant as a whole where no span of them is evidence (document-level labels only)."""
+    its document so that the query cannot find it by exact match, documents ``judged``
+    relevant as a whole where no span of them is evidence (document-level labels only), and
+    the evaluation ``levels`` it is judged at when not all (``LabeledSet.levels``)."""
 
     text: str
     type: str
@@ -326,6 +327,7 @@ class Draft:
     details: Mapping[str, Any] = field(default_factory=dict)
     cut: Span | None = None
     judged: tuple[str, ...] = ()
+    levels: tuple[str, ...] = ()
 
 
 @dataclass

@@ -145,7 +145,12 @@ class IctMethod(CheckedOptions):
     the ``window`` prose sentences before and after it (same section) that share at least
     ``evidence_terms`` terms with it (BM25's terms: stemmed, stopwords left out): the context
     that speaks of what the sentence says. A sentence no neighbour shares that much with is
-    judged at the document level only (span-level runs leave it out).
+    judged at the document level only (span-level runs leave it out). A sentence with evidence
+    whose neighbours (the window) repeat more than ``repeated_share`` of its terms is judged at
+    the chunk and span levels only: there, finding the passage that repeats its words is the
+    task; at the document level those words give its document away by exact match, much as the
+    sentence left in would, and such sentences ranked trials unlike real SciFact claims
+    (benchmarks/RESULTS.md). Each query records the share its neighbours repeat (``repeated``).
 
     Skipped as queries: code-like sentences and those with a line of code (``code_line``:
     unfenced code in plain text reads as prose to the sentence splitter); sentences that open
@@ -158,10 +163,16 @@ class IctMethod(CheckedOptions):
     window: int = 2
     min_words: int = 8
     evidence_terms: int = 3
+    repeated_share: float = 0.45
     keep_numbers: bool = False
     keep_references: bool = False
     name: ClassVar[str] = "ict"
-    bounds: ClassVar = {"window": (1, None), "min_words": (1, None), "evidence_terms": (1, None)}
+    bounds: ClassVar = {
+        "window": (1, None),
+        "min_words": (1, None),
+        "evidence_terms": (1, None),
+        "repeated_share": (0.0, 1.0),
+    }
 
     @property
     def candidate(self) -> str:
@@ -220,19 +231,23 @@ class IctMethod(CheckedOptions):
         text = plain(doc.text[sentence.start : sentence.end])
         before, after = prose[max(0, i - self.window) : i], prose[i + 1 : i + 1 + self.window]
         own = set(terms(text))
+        shared = [own.intersection(terms(doc.text[s.start : s.end])) for s in (*before, *after)]
         evidence = tuple(
             (doc.id, s.start, s.end)
-            for s in (*before, *after)
-            if len(own.intersection(terms(doc.text[s.start : s.end]))) >= self.evidence_terms
+            for s, common in zip((*before, *after), shared, strict=True)
+            if len(common) >= self.evidence_terms
         )
+        repeated = len(set[str]().union(*shared)) / len(own) if own else 0.0
         first, last = (before or [sentence])[0], (after or [sentence])[-1]
         return Draft(
             text=text,
             type=self.name,
             evidence=evidence,
             sources=((doc.id, first.start, last.end),),
+            details={"repeated": round(repeated, 3)},
             cut=(doc.id, sentence.start, sentence.end),
             judged=() if evidence else (doc.id,),
+            levels=("chunk", "span") if evidence and repeated > self.repeated_share else (),
         )
 
 
