@@ -142,6 +142,7 @@ def _one_set(
             "dropped": made.dropped,
             "path": relative(target),
             "requests": made.requests,
+            "cached": made.cached,
         },
         "run": _provenance(done),
         "agreement": [_figures(f) for f in found],
@@ -393,7 +394,8 @@ def _llm_floor(found: Figures | None) -> Lines:
     return [
         f"**`llm` with a local model, a floor**: `--method llm` with {found['model']} (135M "
         "parameters, llama.cpp on loopback, `ragbench.llm.local`): "
-        f"{made['queries']} questions written ({made['requests']} requests; dropped: "
+        f"{made['queries']} questions written ({made['requests'] + made.get('cached', 0)} "
+        f"requests, {made.get('cached', 0)} of them answered from the LLM cache; dropped: "
         f"{dropped}). At this size the questions are near noise; a real model does better.",
         "",
         table(HEADERS, [_row("llm", a) for a in found["agreement"]]),
@@ -426,11 +428,16 @@ METHOD = (
     "default offline method (`ragbench datasets generate DIR --out OUT --n {n} "
     "--seed S`: a sentence is the query, cut out of the corpus the set is evaluated on; "
     "sentences with digits, code or a back-reference are skipped; span evidence is the "
-    "neighbouring sentences that share three of its terms). `ragbench.report.agreement` "
+    "neighbouring sentences that share three of its terms; a sentence whose neighbours "
+    "repeat more than 45% of its terms is judged at the span levels only, so document-level "
+    "runs evaluate fewer queries than were generated). `ragbench.report.agreement` "
     "compares the trials' mean metric: Kendall τ-b with its 95% bootstrap interval (each "
     "set's queries resampled), Spearman ρ, whether both pick the same best trial, the "
     "regret of the generated set's pick (its real value minus the real best) and the "
-    "bootstrap confidence in that pick."
+    "bootstrap confidence in that pick. The interval is that of τ-b between resampled sets: "
+    "resampling adds noise to every trial's mean, which blurs the order, so the interval "
+    "sits below the τ-b of the sets themselves and can end below it (a conservative range; "
+    "read its lower bound)."
 )
 
 
