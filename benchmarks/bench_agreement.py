@@ -412,7 +412,8 @@ def _corpus_lines(key: str, corpus: Figures) -> Lines:
         f"**{NAMES.get(key, key)}**: `{corpus['config']}`; real: {real['queries']} queries; "
         f"generated: {first['set']['queries']} queries, of which "
         f"{evaluated[1] if evaluated else '–'} "
-        "evaluated (span metrics score the queries with span evidence).",
+        "evaluated (a document-level run scores the queries judged at that level, a span-level "
+        "one those with span evidence).",
         "",
         table(HEADERS, [_row(f"seed {seed}", a) for a in first["agreement"]]),
         "",
