@@ -52,9 +52,12 @@ def test_optimize_recommends_with_confidence_and_the_deploy_command_works(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    argv = ["optimize", str(_docs(tmp_path / "docs")), "--out", "out", "--n", "24"]
+    docs = _docs(tmp_path / "docs")
+    (docs / "diagram.png").write_bytes(b"\x89PNG\r\n\x1a\n")  # no loader reads it
+    argv = ["optimize", str(docs), "--out", "out", "--n", "24"]
     assert main(argv) == 0
-    printed = capsys.readouterr().out
+    printed, said = capsys.readouterr()
+    assert f"skipped {docs / 'diagram.png'}: unsupported extension" in said
     # the guides repeat their words from sentence to sentence: some queries are judged at the
     # span levels only, and the document-level sweep scores the others
     found = re.search(

@@ -4,6 +4,7 @@ report and the recommendation."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ragbench.cli.common import globs, print_frame
 from ragbench.cli.spec import Arg, Command
@@ -14,6 +15,7 @@ def _optimize(args: argparse.Namespace) -> int:
     from ragbench.optimize import optimize
     from ragbench.report.markdown import answer_lines
     from ragbench.report.tables import trial_table
+    from ragbench.text.loaders import skipped_summary
 
     for flag, value, low in (("--n", args.n, 1), ("--seed", args.seed, 0)):
         if value < low:
@@ -22,6 +24,8 @@ def _optimize(args: argparse.Namespace) -> int:
         args.docs, args.out, n=args.n, seed=args.seed, include=args.include, exclude=args.exclude
     )
     made = done.generation
+    if made is not None and made.problems:
+        print(skipped_summary(made.problems), file=sys.stderr)
     how = "reused" if made is None else f"generated from {made.documents:,} documents"
     judged = "" if done.generated == done.queries else f", {done.queries:,} judged by document"
     print(f"labels:        {done.labels} ({done.generated:,} queries, {how}{judged})")
