@@ -166,7 +166,7 @@ south, and moraine dams of glacier lakes sometimes flood those terraces.
 
 
 def test_a_sentence_its_neighbours_repeat_is_judged_at_the_span_levels_only(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Its neighbours would give its document away by the words they repeat: a document-level
     run leaves it out, a span-level run scores it."""
@@ -181,6 +181,8 @@ def test_a_sentence_its_neighbours_repeat_is_judged_at_the_span_levels_only(
     assert result.dropped == {"overlaps another query": 1}  # the middle one, their evidence
     data = load_spans(result.path)
     assert data.levels == {queries["hold"]["id"]: frozenset({"chunk", "span"})}
+    assert main(["datasets", "info", str(result.path)]) == 0
+    assert "judged       1 at the chunk and span levels only\n" in capsys.readouterr().out
 
     def evaluated(level: str, metric: str) -> list[str]:
         config = {

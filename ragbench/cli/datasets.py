@@ -51,6 +51,9 @@ def _info(args: argparse.Namespace) -> int:
         rows.append(("query types", ", ".join(f"{t} {n}" for t, n in info.query_types.items())))
     if info.answers:
         rows.append(("answers", f"{info.answers:,} of {info.queries:,} queries"))
+    if info.restricted:
+        only = ", ".join(f"{n:,} at the {at} levels only" for at, n in info.restricted.items())
+        rows.append(("judged", only))
     rows.append(("fingerprint", info.fingerprint))
     for key, value in rows:
         sys.stdout.write(f"{key:<12} {value}\n")
