@@ -5,6 +5,7 @@ and run in a sweep."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from ragbench.data.generate import (
 )
 from ragbench.data.spans import load_spans
 from ragbench.data.validate import validate_dataset
+from ragbench.errors import ConfigError
 from ragbench.experiment.runner import run
 from ragbench.pipeline import RAGPipeline
 from ragbench.testing import ScriptedLLMServer
@@ -184,21 +186,28 @@ def test_a_sentence_its_neighbours_repeat_is_judged_at_the_span_levels_only(
     assert main(["datasets", "info", str(result.path)]) == 0
     assert "judged       1 at the chunk and span levels only\n" in capsys.readouterr().out
 
-    def evaluated(level: str, metric: str) -> list[str]:
+    def evaluated(level: str, metric: str, labels: Path = result.path) -> list[str]:
         config = {
             "name": f"levels-{level}",
-            "dataset": {"path": str(result.path)},
+            "dataset": {"path": str(labels)},
             "evaluation": {"level": level, "metrics": [metric]},
             "sweep": {
                 "chunker": [{"kind": "sentence", "size": 20}],
                 "retriever": [{"kind": "bm25"}],
             },
         }
-        done = run(config, tmp_path / level, cache_root=tmp_path / "cache", progress=False)
+        out = tmp_path / f"{labels.name}-{level}"
+        done = run(config, out, cache_root=tmp_path / "cache", progress=False)
         return sorted(done.per_query["query_id"].unique())
 
     assert evaluated("document", "recall@5") == [queries["barley"]["id"]]
     assert evaluated("span", "span_recall@5") == sorted(q["id"] for q in queries.values())
+    # a set of span-level queries alone cannot be run at the document level
+    alone = tmp_path / "alone"
+    shutil.copytree(result.path, alone)
+    (alone / "queries.jsonl").write_text(json.dumps(queries["hold"]) + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"every judged query .* other levels than 'document'"):
+        evaluated("document", "recall@5", alone)
     # with --repeated-share 1 every query is judged at the document level as well
     loose = generate(corpus, tmp_path / "loose", IctMethod(window=1, repeated_share=1.0), n=3)
     assert all("levels" not in q for q in _queries(loose))

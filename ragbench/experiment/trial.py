@@ -175,6 +175,11 @@ def _evaluated_queries(
     relevant judgement, and with span evidence when its level or a metric needs spans."""
     ids = set(relevant_query_ids(labeled.qrels, evaluation.relevance_level))
     elsewhere = ids - labeled.judged_at(evaluation.level)
+    if elsewhere and elsewhere == ids:
+        raise ConfigError(
+            f"evaluation.level: every judged query of dataset {dataset!r} is judged at other "
+            f"levels than {evaluation.level!r} only (their 'levels' in queries.jsonl)"
+        )
     if elsewhere:
         log.info(
             "%d queries judged at other levels only are left out at level %r",
