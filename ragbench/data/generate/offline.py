@@ -149,8 +149,9 @@ class IctMethod(CheckedOptions):
     whose neighbours (the window) repeat more than ``repeated_share`` of its terms is judged at
     the chunk and span levels only: there, finding the passage that repeats its words is the
     task; at the document level those words give its document away by exact match, much as the
-    sentence left in would, and such sentences ranked trials unlike real SciFact claims
-    (benchmarks/RESULTS.md). Each query records the share its neighbours repeat (``repeated``).
+    sentence left in would: judged there, such sentences ranked trials unlike real SciFact
+    claims (README, "No labels at all: generate them"). Each query records the share its
+    neighbours repeat (``repeated``).
 
     Skipped as queries: code-like sentences and those with a line of code (``code_line``:
     unfenced code in plain text reads as prose to the sentence splitter); sentences that open
