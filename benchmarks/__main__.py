@@ -303,11 +303,12 @@ def rerank(s: Settings) -> dict[str, Any]:
 
 
 def serve(s: Settings) -> dict[str, Any]:
-    """`ragbench serve` on the demo collection: HTTP search latency after start."""
+    """`ragbench serve` on the demo collection: HTTP search latency one at a time, and errors
+    and latency of 1,000 requests 50 at once, beside the server of an earlier commit."""
     from benchmarks import bench_serve
 
     if s.tiny:
-        return bench_serve.measure(queries=10, tiny=True)
+        return bench_serve.measure(queries=10, tiny=True, requests=200)
     return bench_serve.measure()
 
 

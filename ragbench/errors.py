@@ -1,12 +1,13 @@
 """Exceptions that carry a message fit for users: what was wrong, and where (file, key, line);
-and ``writable_folder``, the check that an output folder can be written before work starts."""
+``nearest_folder`` and ``writable_folder``, the checks that a folder a flag or variable gives is
+one (or can be made) and can be written, before work starts."""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
 
-__all__ = ["ConfigError", "DataError", "RagbenchError", "writable_folder"]
+__all__ = ["ConfigError", "DataError", "RagbenchError", "nearest_folder", "writable_folder"]
 
 
 class RagbenchError(Exception):
@@ -21,10 +22,10 @@ class DataError(RagbenchError, ValueError):
     """Invalid input data; the message names the file (and line) and what was expected."""
 
 
-def writable_folder(path: Path | str, name: str) -> Path:
-    """``path`` when it is a folder this process can write into, or one it can create (its
-    nearest existing parent is such a folder); else ``ConfigError`` naming ``name`` (the flag
-    or variable that gave it) and the path. Creates nothing."""
+def nearest_folder(path: Path | str, name: str) -> Path:
+    """The nearest existing part of ``path`` — itself, or the parent it would be made in — when
+    it is a folder; else ``ConfigError`` naming ``name`` (the flag or variable that gave it) and
+    the path. Creates nothing."""
     folder = Path(path)
     existing = folder
     while not existing.exists() and not existing.is_symlink() and existing.parent != existing:
@@ -32,6 +33,15 @@ def writable_folder(path: Path | str, name: str) -> Path:
     if not existing.is_dir():
         what = "" if existing == folder else f"{existing} "
         raise ConfigError(f"{name} {folder}: {what}is a file, not a folder")
+    return existing
+
+
+def writable_folder(path: Path | str, name: str) -> Path:
+    """``path`` when it is a folder this process can write into, or one it can create (its
+    nearest existing parent is such a folder); else ``ConfigError`` naming ``name`` (the flag
+    or variable that gave it) and the path. Creates nothing."""
+    folder = Path(path)
+    existing = nearest_folder(folder, name)
     try:
         with tempfile.TemporaryFile(dir=existing):
             pass

@@ -188,15 +188,18 @@ def model_fields(value: Any, path: str, named: bool = False) -> list[tuple[str, 
     return []
 
 
-def check_models(trials: Iterable[Mapping[str, BaseModel]], sweep: Mapping[str, Any]) -> None:
-    """Raise a ``ConfigError`` naming the key path (in ``sweep`` when it names the model there,
-    else in the trial: a default) of the first model the trials name that cannot be loaded.
+def check_models(
+    trials: Iterable[Mapping[str, BaseModel]], sweep: Mapping[str, Any], prefix: str = "sweep"
+) -> None:
+    """Raise a ``ConfigError`` naming the key path (in ``sweep``, under ``prefix``, when it
+    names the model there, else in the trial: a default) of the first model the trials name
+    that cannot be loaded.
 
     Each distinct model is resolved once; run this before any trial, so that a mistyped name
     fails in a second rather than once per trial after the hub's retries.
     """
     where: dict[str, str] = {}
-    for path, name in model_fields(sweep, "sweep"):
+    for path, name in model_fields(sweep, prefix):
         where.setdefault(name, path)
     checked: set[str] = set()
     for configs in trials:

@@ -44,10 +44,11 @@ from ragbench.endpoints import describe_endpoints
 from ragbench.errors import ConfigError, DataError
 from ragbench.experiment.config import Trial, load_config, trial_of
 from ragbench.experiment.runner import find_trial
-from ragbench.experiment.store import RunStore, write_failure
+from ragbench.experiment.store import RunStore, read_json, write_failure
 from ragbench.experiment.trial import RunSpec, context
-from ragbench.index.cache import StageCache, default_cache_root
+from ragbench.index.cache import StageCache, default_cache_root, seal, seal_damage
 from ragbench.llm.cache import LLMCache
+from ragbench.owned import mark, owned
 from ragbench.protocols import Embedder
 from ragbench.registry import ComponentConfig
 from ragbench.retrieve.assemble import quote_untrusted, sanitize_attribute, system_notice
@@ -262,6 +263,8 @@ class RAGPipeline:
         self._live = LiveExecution(self.plan(1), env)
         # doc id → (content hash, chunk ids per chunks stage)
         self._docs: dict[str, tuple[str, dict[str, list[str]]]] = {}
+        # doc id → the file, folder or URL it was indexed from (``origin``), where known
+        self._origins: dict[str, str] = {}
 
     @property
     def env(self) -> Env:
@@ -374,29 +377,41 @@ class RAGPipeline:
 
     # ------------------------------------------------------------ indexing
 
-    def index(self, source: Iterable[Document]) -> IndexReport:
+    def index(self, source: Iterable[Document], replace: bool = False) -> IndexReport:
         """Add new and changed documents; unchanged ones are skipped, failures reported. A
         loader that skipped all it read (a binary file) is a ``DataError`` naming what it
-        skipped, before anything changes."""
+        skipped, before anything changes. A document whose id was indexed from another
+        source (the folder, file or URL a loader reads: ``origin``) is a ``DataError`` unless
+        ``replace``: two folders holding ``README.md`` never overwrite each other silently
+        (the documents indexed before it stay indexed)."""
         started = time.perf_counter()
         report = IndexReport()
+        where = origin(source)
         with telemetry.span("ingest", label=self._label) as span:
             batch: list[Document] = []
             for doc in source:
                 report.documents_loaded += 1
                 known = self._docs.get(doc.id)
+                before = self._origins.get(doc.id, "")
+                if known is not None and before and where and before != where and not replace:
+                    raise DataError(
+                        f"{doc.source or where}: document id {doc.id!r} is in the collection "
+                        f"already, indexed from {before}; ingest the folders' common parent "
+                        "(ids then start with each folder's name), or into another collection, "
+                        "or replace it (replace=True / --replace)"
+                    )
                 if known is not None and known[0] == doc.hash:
                     report.documents_unchanged += 1
                     continue
                 batch.append(doc)
                 if len(batch) >= _BATCH_DOCS:
-                    self._index_batch(batch, report)
+                    self._index_batch(batch, report, where)
                     batch = []
             problems = getattr(getattr(source, "report", None), "problems", [])
             if not report.documents_loaded and problems:
                 more = f" (and {len(problems) - 1} more skipped)" if len(problems) > 1 else ""
                 raise DataError(f"{problems[0].path}: nothing loaded: {problems[0].reason}{more}")
-            self._index_batch(batch, report)
+            self._index_batch(batch, report, where)
             span.set(documents=report.documents_indexed, chunks=report.chunks_stored)
         report.skipped = list(problems)
         report.duration_s = time.perf_counter() - started
@@ -406,7 +421,7 @@ class RAGPipeline:
         """Re-index one document (its old chunks are replaced only if the new ones embed)."""
         return self.index([document])
 
-    def _index_batch(self, docs: Sequence[Document], report: IndexReport) -> None:
+    def _index_batch(self, docs: Sequence[Document], report: IndexReport, where: str) -> None:
         """Add the batch through the live execution and record what it did."""
         if not docs:
             return
@@ -417,6 +432,8 @@ class RAGPipeline:
             if doc_id in self._docs:
                 report.chunks_removed += len(self._docs[doc_id][1].get(_CHUNKS, []))
             self._docs[doc_id] = (hashes[doc_id], chunk_ids)
+            if where:
+                self._origins[doc_id] = where
             report.chunks_created += len(chunk_ids[_CHUNKS])
             report.chunks_stored += len(chunk_ids[_CHUNKS])
         report.documents_indexed += len(added.chunks)
@@ -424,6 +441,7 @@ class RAGPipeline:
     def delete_document(self, doc_id: str) -> int:
         """Remove a document and its chunks; returns the number of chunks removed."""
         known = self._docs.pop(doc_id, None)
+        self._origins.pop(doc_id, None)
         if known is None:
             return 0
         with telemetry.span("delete", label=self._label):
@@ -508,11 +526,16 @@ class RAGPipeline:
     # ------------------------------------------------------------ persistence
 
     def save(self, path: Path | str) -> None:
-        """Write the collection to ``path`` atomically (replacing an older copy) under its
-        ``collection_lock``; when a write fails (a full disk) the older copy stays and the
-        error is one line naming the folder."""
+        """Write the collection to ``path`` atomically (replacing an older copy of it, never
+        a folder of other files) under its ``collection_lock``; when a write fails (a full
+        disk) the older copy stays and the error is one line naming the folder."""
         target = Path(path)
         with collection_lock(target):
+            if target.exists() and not (owned(target) or (target / "pipeline.json").is_file()):
+                raise ConfigError(
+                    f"{target}: a folder ragbench did not write, not a collection; it stays as "
+                    "it is (choose another collection name or folder)"
+                )
             tmp = target.with_name(f".tmp-{uuid.uuid4().hex}-{target.name}")
             try:
                 self._write(tmp)
@@ -527,11 +550,16 @@ class RAGPipeline:
             shutil.rmtree(old, ignore_errors=True)
 
     def _write(self, folder: Path) -> None:
-        """Every file of the collection, into the new ``folder``."""
+        """Every file of the collection, into the new ``folder``, sealed with their checksums
+        (``index.cache.seal``: ``_read`` tells a damaged file)."""
         folder.mkdir(parents=True)
+        mark(folder, "collection")
         config = {"trial": self.trial.effective(), "score_threshold": self.score_threshold}
         (folder / "pipeline.json").write_text(json.dumps(config, indent=2), "utf-8")
-        docs = {d: {"hash": h, "chunks": ids} for d, (h, ids) in self._docs.items()}
+        docs = {
+            d: {"hash": h, "chunks": ids, **_given("origin", self._origins.get(d))}
+            for d, (h, ids) in self._docs.items()
+        }
         (folder / "documents.json").write_text(json.dumps(docs), "utf-8")
         corpus = self._live.documents()
         if corpus is not None:
@@ -543,6 +571,7 @@ class RAGPipeline:
                 stage_folder = folder / "stages" / _folder(stage.name)
                 stage_folder.mkdir(parents=True)
                 stage.codec.save(values[stage.name], stage_folder)
+        seal(folder)
 
     @classmethod
     def open(cls, path: Path | str, waiting: Callable[[str], object] | None = None) -> RAGPipeline:
@@ -558,24 +587,47 @@ class RAGPipeline:
 
     @classmethod
     def _read(cls, root: Path) -> RAGPipeline:
+        """The collection at ``root``, each file checked where it is read — against the
+        checksums ``save`` sealed it with, then for what it holds — so that a damaged one is
+        one ``DataError`` naming it, never a parser's traceback."""
         if not (root / "pipeline.json").is_file():
             raise DataError(f"{root}: not a ragbench collection (no pipeline.json)")
-        config = json.loads((root / "pipeline.json").read_text("utf-8"))
+        damage = seal_damage(root)
+        if damage is not None:
+            raise DataError(f"{damage}: the collection changed since it was saved; {_AGAIN}")
+        file = root / "pipeline.json"
+        shape = {"trial?": dict, "score_threshold": (float, type(None))}
+        config = read_json(file, shape, "collection config")
         if "trial" not in config:
             raise DataError(
                 f"{root}: a collection of an older ragbench version; ingest its source again"
             )
-        pipeline = cls(pipeline_trial(config["trial"]), score_threshold=config["score_threshold"])
+        try:
+            trial = pipeline_trial(config["trial"])
+        except ConfigError as exc:
+            raise DataError(f"{file}: {exc}") from None
+        pipeline = cls(trial, score_threshold=config["score_threshold"])
         values = {}
         for stage in live_stages(pipeline.plan(1)):
             folder = root / "stages" / _folder(stage.name)
             if folder.is_dir():
-                values[stage.name] = stage.codec.load(folder)
-        docs = json.loads((root / "documents.json").read_text("utf-8"))
+                try:
+                    values[stage.name] = stage.codec.load(folder)
+                except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:  # unsealed
+                    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                    raise DataError(f"{folder}: unreadable ({reason}); {_AGAIN}") from None
+        docs = read_json(root / "documents.json", _DOCUMENTS, "collection document list")
         pipeline._docs = {d: (v["hash"], v["chunks"]) for d, v in docs.items()}
+        pipeline._origins = {d: v["origin"] for d, v in docs.items() if v.get("origin")}
         corpus = []
         if (root / "corpus.json").is_file():
-            rows = json.loads((root / "corpus.json").read_text("utf-8"))
+            rows = read_json(root / "corpus.json", [list], "collection corpus")
+            for number, row in enumerate(rows, 1):
+                if not (len(row) == 3 and _is_document(*row)):
+                    raise DataError(
+                        f"{root / 'corpus.json'}: row {number} is not [id, text, metadata] "
+                        f"(two strings and a JSON object); {_AGAIN}"
+                    )
             corpus = [Document(i, text, meta) for i, text, meta in rows]
         pipeline._live = LiveExecution(pipeline.plan(1), pipeline.env, values, corpus)
         return pipeline
@@ -601,6 +653,30 @@ def _first_stage(execution: Execution) -> tuple[dict[str, Ranking], dict[str, st
             scale = stage.config.score_scale() if stage.config is not None else None
             scales[name] = scale or f"{name} score"
     return found, scales
+
+
+def origin(source: Iterable[Document]) -> str:
+    """Where a loader reads its documents from — the real path of its folder or file, or its
+    URL — or "" for documents from elsewhere (made in code, a run's labeled set)."""
+    url = getattr(source, "url", None)
+    if isinstance(url, str):
+        return url
+    path = getattr(source, "path", None)
+    return os.path.realpath(path) if isinstance(path, Path) else ""
+
+
+_AGAIN = "ingest its source again"
+_DOCUMENTS = {"*": {"hash": str, "chunks": {"*": [str]}, "origin?": str}}
+
+
+def _is_document(doc_id: Any, text: Any, metadata: Any) -> bool:
+    """Whether a row of ``corpus.json`` holds a document's id, text and metadata."""
+    return isinstance(doc_id, str) and isinstance(text, str) and isinstance(metadata, dict)
+
+
+def _given(key: str, value: str | None) -> dict[str, str]:
+    """``{key: value}``, or nothing when there is no value."""
+    return {key: value} if value else {}
 
 
 def _folder(stage_name: str) -> str:

@@ -372,7 +372,7 @@ def test_bad_input_is_one_line_with_exit_code_2(
     err = _one_line_exit_2(["demo", ict, "--config", str(tmp_path / "none.yaml")], capsys)
     assert "none.yaml" in err
     err = _one_line_exit_2(["demo", str(tmp_path / "missing"), "--config", str(config)], capsys)
-    assert "missing: no such dataset path or name" in err
+    assert "missing: no such folder" in err
     assert not (tmp_path / "runs").exists()  # nothing ran before the second set was checked
     with pytest.raises(SystemExit) as stop:
         main(["datasets", "agreement", "demo", ict, "--config", str(config), "--resamples", "0"])

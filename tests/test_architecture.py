@@ -31,7 +31,9 @@ LAYERS = {
     "report": 5,
     "pipeline": 5,
     "service": 5,
+    "api": 5,
     "optimize": 5,
+    "owned": 0,
     "cli": 6,
 }
 

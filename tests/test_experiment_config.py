@@ -198,9 +198,9 @@ def test_overrides_set_values_by_key_path(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     config = load_config(
-        path, ["evaluation.depth=7", "sweep.retriever[0].k1=[0.5, 0.9]", "search.seed=3"]
+        path, ["evaluation.depth=150", "sweep.retriever[0].k1=[0.5, 0.9]", "search.seed=3"]
     )
-    assert config.evaluation.depth == 7 and config.search.seed == 3
+    assert config.evaluation.depth == 150 and config.search.seed == 3
     assert [t["retriever"].k1 for t in expand(config)] == [0.5, 0.9]
     with pytest.raises(ConfigError, match=r"expected KEY\.PATH=VALUE"):
         load_config(path, ["evaluation.depth"])

@@ -655,7 +655,7 @@ def test_bad_corpus_and_output_are_one_line_errors(
     ]
     assert f"{plain}: no headings (Markdown # or HTML <h1>-<h6>)" in one_line_exit_2(argv, capsys)
     argv = ["datasets", "generate", str(tmp_path / "missing"), "--out", str(tmp_path / "y")]
-    assert "missing: no such dataset path or name" in one_line_exit_2(argv, capsys)
+    assert "missing: no such file or folder" in one_line_exit_2(argv, capsys)
 
 
 def test_generate_reads_the_files_the_globs_select(

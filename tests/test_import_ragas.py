@@ -239,7 +239,7 @@ def test_an_imported_set_runs_in_a_sweep(tmp_path: Path, ragas_dataset: Build) -
     config = {
         "name": "ragas",
         "dataset": {"path": str(imported.path)},
-        "evaluation": {"metrics": ["ndcg@10", "recall@2", "span_recall@2"], "depth": 4},
+        "evaluation": {"metrics": ["ndcg@4", "recall@2", "span_recall@2"], "depth": 4},
         "sweep": {
             "chunker": [{"kind": "none"}],
             "embedder": [{"kind": "hashing", "dim": 256}],

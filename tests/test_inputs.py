@@ -54,9 +54,9 @@ def test_eval_rejects_directories_for_qrels_and_run(tmp_path: Path, capsys) -> N
     folder = tmp_path / "folder"
     folder.mkdir()
     err = one_line_exit_2(["eval", "--qrels", str(folder), "--run", str(run)], capsys)
-    assert f"--qrels {folder}: is a directory, expected a qrels file" in err
+    assert f"--qrels {folder}: is a folder, expected a file" in err
     err = one_line_exit_2(["eval", "--qrels", str(qrels), "--run", str(folder)], capsys)
-    assert f"--run {folder}: is a directory, expected a run file" in err
+    assert f"--run {folder}: is a folder, expected a file" in err
     err = one_line_exit_2(["eval", "--qrels", str(tmp_path / "no"), "--run", str(run)], capsys)
     assert "--qrels" in err and "no such file" in err
 

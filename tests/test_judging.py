@@ -545,7 +545,7 @@ def test_bad_input_is_one_line_with_exit_code_2(
     err = _one_line_exit_2([str(folder), "--run", str(synthetic)], monkeypatch, capsys)
     assert f"--run {synthetic}: none of its 12 queries is a query of split 'test'" in err
     err = _one_line_exit_2([str(labels), "--run", str(tmp_path / "none")], monkeypatch, capsys)
-    assert "none: not a ragbench run directory" in err
+    assert f"--run {tmp_path / 'none'}: no such folder" in err
     err = _one_line_exit_2([*given, "--agreement"], monkeypatch, capsys)  # nothing judged
     assert "no judged queries yet (split 'judged')" in err
     with pytest.raises(SystemExit) as stop:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -164,3 +165,22 @@ def test_the_api_embedder_embeds_in_batches(server: ScriptedLLMServer) -> None:
     assert vectors.shape == (7, 64) and embedder.dimension == 64
     assert server.requests["/v1/embeddings"] == 3
     assert embedder.identity == f"openai|{server.url}|emb"
+
+
+def test_a_cached_reply_of_another_shape_is_asked_again(
+    server: ScriptedLLMServer, tmp_path: Path
+) -> None:
+    """A row of the LLM cache that parses but lacks a field (damage, or another writer) is a
+    miss: the request is made again and its reply replaces the row."""
+    client = _client(server, tmp_path)
+    reply = client.chat(_user(QUESTION))
+    client.embed(["a"])
+    cache = LLMCache(tmp_path)
+    with sqlite3.connect(cache.path) as db:
+        db.execute("UPDATE calls SET reply = '{\"prompt_tokens\": 3}'")
+    before = server.total
+    again = _client(server, tmp_path).chat(_user(QUESTION))
+    assert not again.cached and again.text == reply.text and server.total == before + 1
+    assert _client(server, tmp_path).embed(["a"]).shape[0] == 1
+    assert server.requests["/v1/embeddings"] == 2
+    assert _client(server, tmp_path).chat(_user(QUESTION)).cached

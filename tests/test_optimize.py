@@ -89,6 +89,6 @@ def test_bad_arguments_are_one_line_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["optimize", str(tmp_path / "nowhere")]) == 2
-    assert "no such file or directory" in capsys.readouterr().err
+    assert "nowhere: no such file or folder" in capsys.readouterr().err
     assert main(["optimize", str(tmp_path), "--n", "0"]) == 2
     assert "--n: expected an integer >= 1, got 0" in capsys.readouterr().err

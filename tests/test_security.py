@@ -446,7 +446,7 @@ def test_reports_escape_html_from_queries_and_labels(tmp_path: Path) -> None:
     config = {
         "name": "evil",
         "dataset": {"path": str(_beir(tmp_path / "data"))},
-        "evaluation": {"metrics": ["ndcg@10"], "depth": 3},
+        "evaluation": {"metrics": ["ndcg@3"], "depth": 3},
         "baseline": "b=1.0",
         "sweep": {"chunker": [chunker], "retriever": [{"kind": "bm25", "b": [0.0, 1.0]}]},
     }

@@ -91,8 +91,11 @@ def test_selection_options_are_validated() -> None:
     base = {"name": "x", "dataset": {"path": "demo"}, "sweep": {"retriever": GRID}}
     with pytest.raises(ConfigError, match=r"either report_on .* or folds"):
         load_config({**base, "evaluation": {"select_on": "train", "report_on": "test", "folds": 3}})
-    with pytest.raises(ConfigError, match="report_on must differ from select_on"):
+    same = r"evaluation\.report_on: the sweep selects on split 'test' \({}\) and would report"
+    with pytest.raises(ConfigError, match=same.format(r"evaluation\.select_on")):
         load_config({**base, "evaluation": {"select_on": "test", "report_on": "test"}})
+    with pytest.raises(ConfigError, match=same.format(r"dataset\.split")):
+        load_config({**base, "evaluation": {"report_on": "test"}})  # dataset.split: test
     with pytest.raises(ConfigError, match=r"evaluation\.folds"):
         load_config({**base, "evaluation": {"folds": 1}})
 

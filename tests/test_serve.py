@@ -1,14 +1,19 @@
 """`ragbench serve` and explained search: real HTTP on 127.0.0.1 against a collection made like
-`ragbench ingest` makes one, `search --interactive` and `--retriever`, and the OpenAPI schema."""
+`ragbench ingest` makes one, `search --interactive` and `--retriever`, the OpenAPI document
+FastAPI generates (validated), the limits in one place and the metrics. Malformed requests,
+slow clients and the load test are in tests/test_adversarial_serve.py."""
 
 from __future__ import annotations
 
 import io
 import json
 import re
+import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,12 +22,14 @@ import httpx
 import jsonschema
 import numpy as np
 import pytest
+from openapi_spec_validator import validate as validate_openapi
 
+from ragbench.api import SearchServer
 from ragbench.cli import main
 from ragbench.errors import ConfigError
 from ragbench.index.embedders import HashingConfig, HashingEmbedder
 from ragbench.pipeline import RAGPipeline
-from ragbench.service import SearchServer, check_host, openapi_schema, search
+from ragbench.service import LIMITS, ServeLimits, check_host, search
 from ragbench.types import Document
 
 EMBEDDER = {"kind": "hashing", "dim": 256}
@@ -61,11 +68,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SearchServer]:
     """A server over the collection, listening on a free loopback port in a thread."""
     target = _collection(tmp_path_factory.mktemp("db"))
     running = SearchServer(RAGPipeline.open(target), "docs", "127.0.0.1", 0)
-    thread = threading.Thread(target=running.serve_forever, daemon=True)
-    thread.start()
-    yield running
-    running.shutdown()
-    running.server_close()
+    with running.background():
+        yield running
 
 
 def _post(server: SearchServer, body: Any, raw: bytes | None = None) -> httpx.Response:
@@ -77,17 +81,29 @@ def _get(server: SearchServer, path: str) -> httpx.Response:
     return httpx.get(f"{server.url}{path}", timeout=10, trust_env=False)
 
 
-def _validate(instance: Any, name: str) -> None:
-    """Check ``instance`` against the schema ``name`` of the served OpenAPI document."""
-    schema = {"$ref": f"#/components/schemas/{name}", **openapi_schema()}
+def _document(server: SearchServer) -> dict[str, Any]:
+    """The OpenAPI document the server serves."""
+    return _get(server, "/openapi.json").json()
+
+
+def _validate(document: dict[str, Any], instance: Any, name: str) -> None:
+    """Check ``instance`` against the schema ``name`` of the OpenAPI ``document`` (3.1: its
+    schemas are JSON Schema 2020-12)."""
+    schema = {"$ref": f"#/components/schemas/{name}", **document}
     jsonschema.Draft202012Validator(schema).validate(instance)
+
+
+def _request_schema(document: dict[str, Any]) -> dict[str, Any]:
+    body = document["paths"]["/search"]["post"]["requestBody"]
+    assert body["required"] is True
+    return body["content"]["application/json"]["schema"]
 
 
 def test_search_over_http_says_which_retriever_found_each_hit(server: SearchServer) -> None:
     reply = _post(server, {"query": "how do I rotate the signing keys", "k": 3})
     assert reply.status_code == 200, reply.text
     found = reply.json()
-    _validate(found, "SearchResponse")
+    _validate(_document(server), found, "SearchResult")
     assert found["retriever"] == "hybrid" and found["score_scale"].startswith("RRF")
     assert set(found["found_by_scales"]) == {"bm25", "dense"}
     top = found["hits"][0]
@@ -118,28 +134,90 @@ def test_dense_scores_are_cosines_and_bm25_scores_bm25(server: SearchServer) -> 
     ]
 
 
-def test_filter_health_and_schema(server: SearchServer) -> None:
+def test_filter_and_health(server: SearchServer) -> None:
     found = _post(
         server, {"query": "keys retention access port", "k": 10, "filter": {"team": "ops"}}
     )
     assert {h["doc_id"] for h in found.json()["hits"]} == {"ops/keys.md", "ops/retention.md"}
     health = _get(server, "/health")
     assert health.status_code == 200
-    _validate(health.json(), "Health")
+    _validate(_document(server), health.json(), "Health")
     assert health.json()["chunks"] == 4 and health.json()["retrievers"] == [
         "hybrid",
         "bm25",
         "dense",
     ]
-    schema = _get(server, "/openapi.json").json()
-    assert schema == openapi_schema() and schema["openapi"].startswith("3.")
-    for part in schema["components"]["schemas"].values():
-        jsonschema.Draft202012Validator.check_schema(part)
-    served = {("/search", "post"), ("/health", "get"), ("/openapi.json", "get")}
-    assert {(path, method) for path, ops in schema["paths"].items() for method in ops} == served
+
+
+def test_the_openapi_document_is_generated_from_the_models_and_valid(
+    server: SearchServer,
+) -> None:
+    document = _document(server)
+    validate_openapi(document)  # OpenAPI 3.1: structure, and every $ref resolves
+    assert document["openapi"].startswith("3.1") and document["info"]["title"] == "ragbench search"
+    schemas = document["components"]["schemas"]
+    assert {"SearchResult", "SearchHit", "Found", "Health", "Metrics", "Latency", "Error"} <= set(
+        schemas
+    )
+    served = {("/search", "post"), ("/health", "get"), ("/metrics", "get")}
+    assert {(path, method) for path, ops in document["paths"].items() for method in ops} == served
+    request = _request_schema(document)
+    assert request["title"] == "SearchRequest" and request["additionalProperties"] is False
+    assert request["properties"]["retriever"]["anyOf"][0]["enum"] == ["hybrid", "bm25", "dense"]
+    checker = jsonschema.Draft202012Validator(request)
+    for body in ({"query": "keys"}, {"query": "x", "k": 3, "retriever": "bm25", "filter": None}):
+        assert checker.is_valid(body) and _post(server, body).status_code == 200
+    for body in ({"k": 3}, {"query": "x", "k": 0}, {"query": "x", "retriever": "sparse"}):
+        assert not checker.is_valid(body) and _post(server, body).status_code == 400
     for path, method in served:  # each documented operation answers as documented
         reply = _post(server, {"query": "keys"}) if method == "post" else _get(server, path)
-        assert str(reply.status_code) in schema["paths"][path][method]["responses"]
+        assert str(reply.status_code) in document["paths"][path][method]["responses"]
+        _validate(document, reply.json(), {"/search": "SearchResult"}.get(path, path[1:].title()))
+    for status in ("400", "408", "413", "500", "503"):
+        response = document["paths"]["/search"]["post"]["responses"][status]
+        assert response["content"]["application/json"]["schema"]["$ref"].endswith("/Error")
+
+
+def test_the_limits_are_set_in_one_place(tmp_path: Path) -> None:
+    """One ``ServeLimits`` sets what the requests are checked against and what the OpenAPI
+    document says."""
+    limits = ServeLimits(max_k=5, max_query_chars=20, max_body_bytes=300)
+    assert LIMITS.max_k == 1000 and LIMITS.max_query_chars == 10_000  # the defaults
+    running = SearchServer(RAGPipeline.open(_collection(tmp_path)), "docs", port=0, limits=limits)
+    with running.background():
+        request = _request_schema(_document(running))["properties"]
+        assert request["k"]["maximum"] == 5 and request["query"]["maxLength"] == 20
+        assert _post(running, {"query": "keys", "k": 5}).status_code == 200
+        assert _post(running, {"query": "keys", "k": 6}).json()["field"] == "k"
+        too_long = _post(running, {"query": "k" * 21}).json()
+        assert too_long["field"] == "query" and "20" in too_long["error"]
+        large = _post(running, {"query": "keys", "filter": {"x": "y" * 300}})
+        assert large.status_code == 413 and large.json()["error"] == "body: larger than 300 bytes"
+    with pytest.raises(ValueError, match="max_k"):
+        ServeLimits(max_k=0)
+    with pytest.raises(ValueError, match="max_query"):
+        ServeLimits(max_query=5)  # type: ignore[call-arg]
+
+
+def test_metrics_count_requests_by_route_and_status(tmp_path: Path) -> None:
+    running = SearchServer(RAGPipeline.open(_collection(tmp_path)), "docs", port=0)
+    with running.background():
+        for _ in range(20):
+            assert _post(running, {"query": "rotate the signing keys"}).status_code == 200
+        assert _post(running, {"query": "x", "k": 0}).status_code == 400
+        assert _get(running, "/health").status_code == 200
+        assert _get(running, "/nope").status_code == 404
+        assert _get(running, "/search").status_code == 405
+        metrics = _get(running, "/metrics").json()
+    _validate(running.app.openapi(), metrics, "Metrics")
+    assert metrics["requests"] == {
+        "/search": {"200": 20, "400": 1, "405": 1},
+        "/health": {"200": 1},
+        "other": {"404": 1},
+    }
+    latency = metrics["search"]
+    assert latency["count"] == 20 and latency["window"] == LIMITS.latency_window
+    assert 0 < latency["p50_ms"] <= latency["p95_ms"] <= latency["p99_ms"] < 10_000
 
 
 @pytest.mark.parametrize(
@@ -165,7 +243,7 @@ def test_a_bad_request_is_a_400_naming_the_field(
     assert reply.status_code == 400
     assert "\n" not in reply.text.strip()
     error = reply.json()
-    _validate(error, "Error")
+    _validate(_document(server), error, "Error")
     assert error["field"] == field and error["error"].startswith(f"{field}: ")
 
 
@@ -180,18 +258,24 @@ def test_the_model_loads_before_the_server_listens(tmp_path: Path) -> None:
     pipeline = RAGPipeline.open(_collection(tmp_path))
     assert pipeline.embedder is not None and pipeline.embedder.stats.texts == 0
     running = SearchServer(pipeline, "docs", "127.0.0.1", 0)
-    try:
-        embedder = pipeline.embedder
-        warmed = embedder.stats.texts
-        assert warmed > 0  # the warm-up query went through the model at start
-        thread = threading.Thread(target=running.serve_forever, daemon=True)
-        thread.start()
+    embedder = pipeline.embedder
+    warmed = embedder.stats.texts
+    assert warmed > 0  # the warm-up query went through the model at start
+    with running.background():
         for _ in range(3):
             assert _post(running, {"query": "signing keys", "k": 2}).status_code == 200
-        assert pipeline.embedder is embedder and embedder.stats.texts == warmed + 3
-    finally:
-        running.shutdown()
-        running.server_close()
+    assert pipeline.embedder is embedder and embedder.stats.texts == warmed + 3
+
+
+def test_requests_on_a_kept_alive_connection_do_not_stall(server: SearchServer) -> None:
+    """A response's head and body leave together: no 40 ms delayed-ACK wait per request."""
+    took = []
+    with httpx.Client(base_url=server.url, trust_env=False, timeout=10) as client:
+        for _ in range(20):
+            started = time.perf_counter()
+            assert client.post("/search", json={"query": "signing keys", "k": 3}).is_success
+            took.append(time.perf_counter() - started)
+    assert float(np.median(took)) < 0.035, took
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "localhost", "::1"])
@@ -209,7 +293,7 @@ def test_a_remote_host_needs_allow_remote(host: str, tmp_path: Path, capsys) -> 
     assert "not a loopback address" in capsys.readouterr().err
 
 
-def test_ragbench_serve_answers_over_http(tmp_path: Path) -> None:
+def test_ragbench_serve_answers_over_http_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     _collection(tmp_path)
     command = [sys.executable, "-m", "ragbench.cli", "serve", "--collection", "docs"]
     process = subprocess.Popen(
@@ -228,9 +312,58 @@ def test_ragbench_serve_answers_over_http(tmp_path: Path) -> None:
         assert httpx.get(f"{base}/health", trust_env=False).json()["collection"] == "docs"
         reply = httpx.post(f"{base}/search", json={"query": "admin API port"}, trust_env=False)
         assert reply.json()["hits"][0]["doc_id"] == "ref/ports.md"
+        # curl -d sends a form's Content-Type: the body is read as JSON all the same
+        form = {"Content-Type": "application/x-www-form-urlencoded"}
+        reply = httpx.post(
+            f"{base}/search", content=b'{"query": "admin API port"}', headers=form, trust_env=False
+        )
+        assert reply.status_code == 200 and reply.headers["server"].startswith("ragbench/")
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 0 and "stopped" in err and "Traceback" not in err, err
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def test_serve_on_a_port_in_use_is_one_line(tmp_path: Path, capsys) -> None:
+    _collection(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        where = ["--collection", "docs", "--db", str(tmp_path), "--port", str(port)]
+        assert main(["serve", *where]) == 2
+    assert f"--port {port}: cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def test_ragbench_help_loads_no_web_framework() -> None:
+    script = (
+        "import sys\n"
+        "from ragbench.cli import parser\n"
+        "parser().format_help()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('fastapi', 'uvicorn', 'starlette') or m == 'ragbench.api'))\n"
+    )
+    found = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == "[]"
+
+
+def test_a_failed_search_is_a_500_of_one_line_and_a_traceback_in_the_log(
+    server: SearchServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*args: object, **kwargs: object) -> None:  # an index that fails at query time
+        raise OSError("index file vanished")
+
+    monkeypatch.setattr(server.pipeline, "search", broken)
+    reply = _post(server, {"query": "signing keys"})
+    assert reply.status_code == 500
+    assert reply.json() == {"error": "search failed: OSError: index file vanished"}
+    assert any(r.exc_info and r.getMessage() == "search failed" for r in caplog.records)
+    monkeypatch.undo()
+    assert _post(server, {"query": "signing keys"}).status_code == 200  # it goes on serving
 
 
 # ---------------------------------------------------------------- the CLI and the pipeline
@@ -301,6 +434,11 @@ def test_search_flags_are_checked(tmp_path: Path, capsys) -> None:
         == 0
     )
     assert {r["doc_id"] for r in json.loads(capsys.readouterr().out)} == {"sec/acl.md"}
+    # a byte that is not UTF-8 on the command line arrives as a lone surrogate: refused as the
+    # API refuses it
+    assert main(["search", "keys \udc80", *where]) == 2
+    error = capsys.readouterr().err
+    assert "query: not valid Unicode: a lone surrogate '\\udc80' at character 5" in error
 
 
 @pytest.mark.parametrize("method", ["PUT", "DELETE", "PATCH"])
@@ -316,9 +454,7 @@ def test_serve_answers_from_a_reingested_collection(tmp_path: Path) -> None:
     """A re-ingest (a new save of the folder) is served from the next request, no restart."""
     target = _collection(tmp_path)
     running = SearchServer(RAGPipeline.open(target), "docs", "127.0.0.1", 0, path=target)
-    thread = threading.Thread(target=running.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with running.background():
         assert _get(running, "/health").json()["chunks"] == len(DOCS)
         query = {"query": "heron migration wetlands", "k": 1}
         assert _post(running, query).json()["hits"][0]["doc_id"] != "birds/heron.md"
@@ -327,9 +463,6 @@ def test_serve_answers_from_a_reingested_collection(tmp_path: Path) -> None:
         pipeline.save(target)
         assert _get(running, "/health").json()["chunks"] == len(DOCS) + 1
         assert _post(running, query).json()["hits"][0]["doc_id"] == "birds/heron.md"
-    finally:
-        running.shutdown()
-        running.server_close()
 
 
 def test_search_says_it_waits_for_an_ingest_and_times_loading_apart(

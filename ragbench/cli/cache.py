@@ -1,4 +1,4 @@
-"""``ragbench cache``: inspect or clear the stage cache."""
+"""``ragbench cache``: inspect or clear the cache (stage artifacts, embeddings, LLM calls)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,12 @@ _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 86400}
 
 
 def _cache(args: argparse.Namespace) -> int:
+    from ragbench.errors import nearest_folder
     from ragbench.index.cache import ArtifactCache
 
-    cache = ArtifactCache(args.root)
+    if args.root is not None:  # a file is no cache root: said, never shown as "0 entries"
+        nearest_folder(args.root, "--root")
+    cache = ArtifactCache(args.root)  # without --root, RAGBENCH_CACHE (checked the same way)
     if args.cache_command == "info":
         print(cache.info())
         return 0

@@ -60,7 +60,7 @@ CHUNK = Command(
     "chunk",
     help="load a file or directory and print its chunks",
     args=(
-        Arg("path", help="file or directory to load"),
+        Arg("path", path="input path", help="file or directory to load"),
         Arg(
             "--chunker",
             default='{"kind": "recursive", "size": 512, "overlap": 64}',

@@ -9,32 +9,23 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ragbench.cli.common import follow_symlinks, globs, json_arg
+from ragbench.cli.common import collection, follow_symlinks, globs, json_arg
 from ragbench.cli.spec import Arg, Command
 from ragbench.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     from ragbench.pipeline import RAGPipeline
 
-_MAX_COLLECTION_NAME = 100
-
 
 def _collection_dir(args: argparse.Namespace) -> Path:
-    """The folder of ``--collection`` under ``--db``; ``ConfigError`` for a name that is no
-    plain folder name."""
+    """The folder of ``--collection`` (a plain name, checked as declared) under ``--db``, or
+    else RAGBENCH_DB or the default collections folder; ``ConfigError`` when that is a file."""
     import os
 
     db = args.db or os.environ.get("RAGBENCH_DB") or Path.home() / ".local/share/ragbench"
     if Path(db).exists() and not Path(db).is_dir():
         raise ConfigError(f"--db {db}: is a file, not a folder of collections")
-    name = args.collection
-    plain = 0 < len(name) <= _MAX_COLLECTION_NAME and name.isprintable()
-    if not plain or "/" in name or "\\" in name or name.startswith("."):
-        raise ConfigError(
-            f"--collection: expected a plain name (1-{_MAX_COLLECTION_NAME} printable "
-            f"characters, no '/' or '\\', not starting with '.'), got {name!r}"
-        )
-    return Path(db) / name
+    return Path(db) / args.collection
 
 
 def _ingest(args: argparse.Namespace) -> int:
@@ -61,6 +52,11 @@ def _ingest(args: argparse.Namespace) -> int:
     )
     with collection_lock(target):  # other ingests into this collection wait until it is saved
         exists = (target / "pipeline.json").exists()
+        if target.exists() and not exists:
+            raise ConfigError(
+                f"--collection {args.collection}: {target} is a folder ragbench did not write, "
+                "not a collection; it stays as it is (choose another name, or another --db)"
+            )
         pipeline = RAGPipeline.open(target) if exists else None
         if pipeline is not None and (
             args.from_run or (spec is not None and pipeline_trial(spec).id != pipeline.trial.id)
@@ -76,7 +72,7 @@ def _ingest(args: argparse.Namespace) -> int:
         elif pipeline is None:
             pipeline = RAGPipeline.from_config(spec or {})
         if source is not None:
-            print(pipeline.index(source))
+            print(pipeline.index(source, replace=args.replace))
         pipeline.save(target)
     print(f"collection {args.collection!r}: {len(pipeline.chunks)} chunks in {target}")
     return 0
@@ -159,7 +155,8 @@ def _search_once(
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from ragbench.service import SearchServer, check_host, check_port
+    from ragbench.api import SearchServer
+    from ragbench.service import check_host, check_port
 
     check_host(args.host, args.allow_remote)
     check_port(args.port)
@@ -180,38 +177,66 @@ def _serve(args: argparse.Namespace) -> int:
     print(
         f"serving collection {args.collection!r} ({len(pipeline.chunks)} chunks, "
         f"{', '.join(pipeline.retrievers)}) on {server.url}: POST /search, GET /health, "
-        "GET /openapi.json",
+        "GET /metrics, GET /openapi.json",
         flush=True,
     )
     with server:
         try:
             server.serve_forever()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # uvicorn raises the signal again once it stopped
             print("stopped", file=sys.stderr)
     return 0
 
 
-_COLLECTION = Arg("--collection", default="default", help="collection name")
-_DB = Arg("--db", help="collections folder (default: RAGBENCH_DB or ~/.local/share/ragbench)")
+def _pipeline_models(flag: str, value: str) -> None:
+    """``ConfigError`` before an ingest when the pipeline spec ``value`` names a model that
+    cannot be loaded here (each document would fail to embed, leaving an empty collection)."""
+    from ragbench.models import check_models
+    from ragbench.pipeline import pipeline_trial
+
+    spec = json_arg(flag, value)
+    try:
+        check_models([pipeline_trial(spec).configs], spec, "pipeline")
+    except ConfigError as exc:
+        raise ConfigError(f"{flag}: {exc}") from None
+
+
+_COLLECTION = collection("collection name")
+_DB_HELP = "collections folder (default: RAGBENCH_DB or ~/.local/share/ragbench)"
+# read by search and serve, where a missing one holds no collection (the handler says which)
+_DB = Arg("--db", help=_DB_HELP)
 
 COMMANDS = (
     Command(
         "ingest",
         help="index a file or folder into a persistent collection, or deploy a sweep's trial",
         args=(
-            Arg("--source", help="file or directory to index, or an http(s) URL"),
+            Arg(
+                "--source",
+                path="input path",
+                names=True,
+                help="file or directory to index, or an http(s) URL",
+            ),
             *globs("--source"),
             follow_symlinks("--source"),
             Arg(
                 "--from-run",
+                path="input folder",
                 metavar="RUN",
                 help="a run directory: the collection runs its trial --trial over the run's corpus",
             ),
             Arg("--trial", metavar="ID", help="trial id of --from-run, or 'best'"),
+            Arg(
+                "--replace",
+                action="store_true",
+                help="let --source replace documents of the same id indexed from another folder "
+                "(refused otherwise: two folders' README.md never overwrite each other)",
+            ),
             _COLLECTION,
-            _DB,
+            Arg("--db", path="output folder", help=_DB_HELP),
             Arg(
                 "--config",
+                check=_pipeline_models,
                 help="pipeline spec for a new collection as JSON, one component per axis, e.g. "
                 '\'{"chunker": {"kind": "recursive", "size": 400}, "retriever": {"kind": '
                 '"bm25"}}\'',
@@ -250,7 +275,8 @@ COMMANDS = (
     ),
     Command(
         "serve",
-        help="serve a collection over HTTP (JSON: POST /search, GET /health, GET /openapi.json)",
+        help="serve a collection over HTTP (JSON: POST /search, GET /health, GET /metrics, "
+        "GET /openapi.json)",
         args=(
             _COLLECTION,
             _DB,

@@ -1,5 +1,5 @@
-"""What several commands share: options declared once, argument value types, the JSON option
-reader and the table printer."""
+"""What several commands share: options declared once, argument value types and checks, the
+JSON option reader and the table printer."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 MLFLOW_URI = "sqlite:///mlruns.db"  # ragbench.experiment.mlflow_log.DEFAULT_URI
+MAX_COLLECTION_NAME = 100
 
 
 def json_arg(flag: str, value: str) -> dict:
@@ -80,6 +81,32 @@ def at_least_one(text: str) -> int:
     return level
 
 
+def collection_name(flag: str, name: str) -> None:
+    """``ConfigError`` naming ``flag`` unless ``name`` is a plain folder name for a collection
+    (it becomes a folder under the collections folder, and a word of printed commands)."""
+    plain = 0 < len(name) <= MAX_COLLECTION_NAME and name.isprintable()
+    if not plain or "/" in name or "\\" in name or name.startswith("."):
+        raise ConfigError(
+            f"{flag}: expected a plain name (1-{MAX_COLLECTION_NAME} printable characters, no "
+            f"'/' or '\\', not starting with '.'), got {name!r}"
+        )
+
+
+def collection(help: str) -> Arg:
+    """``--collection``: the name of a collection (``collection_name``)."""
+    return Arg("--collection", default="default", check=collection_name, help=help)
+
+
+def model_name(flag: str, name: str) -> None:
+    """``ConfigError`` naming ``flag`` when the model ``name`` cannot be loaded here: a path
+    that does not exist, or a hub id neither cached nor (online) on the hub."""
+    from ragbench.models import model_problem
+
+    problem = model_problem(name)
+    if problem is not None:
+        raise ConfigError(f"{flag} {name}: no such model ({problem})")
+
+
 def globs(folder: str) -> tuple[Arg, Arg]:
     """The repeatable ``--include`` / ``--exclude`` flags that select the files of ``folder``
     by gitignore-like globs (``ragbench.text.loaders.DirectoryLoader``)."""
@@ -138,8 +165,9 @@ def picked(args: argparse.Namespace) -> dict[str, Any]:
 
 QUERIES_FILE = Arg(
     "--queries",
+    path="input file",
     metavar="FILE",
     help="queries file labeling a plain folder of documents (default: its queries.jsonl)",
 )
 
-RUN_DIR = Arg("run_dir", help="a run directory written by `ragbench run`")
+RUN_DIR = Arg("run_dir", path="input folder", help="a run directory written by `ragbench run`")

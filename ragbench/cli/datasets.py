@@ -107,7 +107,12 @@ _COMMANDS = (
         "info",
         help="counts and fingerprint of a dataset",
         args=(
-            Arg("path", help="dataset folder, bundled name (demo) or downloaded BEIR name"),
+            Arg(
+                "path",
+                path="input folder",
+                names=True,
+                help="dataset folder, bundled name (demo) or downloaded BEIR name",
+            ),
             Arg("--split", default="test"),
             _FORMAT,
             QUERIES_FILE,
@@ -117,7 +122,11 @@ _COMMANDS = (
     Command(
         "validate",
         help="list every problem of a dataset (exit 1 when there are any)",
-        args=(Arg("path", help="dataset folder or name"), _FORMAT, QUERIES_FILE),
+        args=(
+            Arg("path", path="input folder", names=True, help="dataset folder or name"),
+            _FORMAT,
+            QUERIES_FILE,
+        ),
         run=_validate,
     ),
     Command(
@@ -126,7 +135,9 @@ _COMMANDS = (
         args=(
             Arg("name", help="BEIR name, e.g. scifact (see `ragbench datasets list`)"),
             Arg(
-                "--dir", help="parent folder (default: RAGBENCH_DATA or ~/.cache/ragbench/datasets)"
+                "--dir",
+                path="output folder",
+                help="parent folder (default: RAGBENCH_DATA or ~/.cache/ragbench/datasets)",
             ),
             Arg("--url", help="base URL (default: RAGBENCH_BEIR_URL or the UKP server)"),
             Arg("--sha256", help="expected sha256 of the zip (overrides the known one)"),
@@ -141,10 +152,13 @@ _COMMANDS = (
         "span-labeled set: each row a query with its reference contexts as evidence and its "
         "reference as the answer. Rows left out and contexts not found are reported by row.",
         args=(
-            Arg("file", help="the .jsonl or .csv file ragas wrote"),
-            Arg("--out", required=True, help="folder to write (new or empty)"),
+            Arg("file", path="input file", help="the .jsonl or .csv file ragas wrote"),
+            Arg(
+                "--out", path="output folder", required=True, help="folder to write (new or empty)"
+            ),
             Arg(
                 "--corpus",
+                path="input path",
                 help="folder of the documents the contexts come from: contexts are located in "
                 "them and they become the set's corpus (default: one document per distinct "
                 "context)",

@@ -6,7 +6,6 @@ import argparse
 import csv
 import json
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ragbench.cli.common import at_least_one
@@ -26,11 +25,6 @@ def _eval(args: argparse.Namespace) -> int:
     metrics = parse_metrics([m for m in args.metrics.split(",") if m.strip()])
     if not metrics:
         raise ConfigError("--metrics: expected a comma-separated list such as ndcg@10,map")
-    for flag, path, kind in (("--qrels", args.qrels, "qrels"), ("--run", args.run, "run")):
-        if not Path(path).exists():
-            raise DataError(f"{flag} {path}: no such file")
-        if Path(path).is_dir():
-            raise DataError(f"{flag} {path}: is a directory, expected a {kind} file")
     qrels, run = read_qrels(args.qrels), read_run(args.run)
     query_ids = list(qrels) if args.complete else [q for q in qrels if q in run]
     if not query_ids:
@@ -66,8 +60,13 @@ EVAL = Command(
     description="Score queries judged in the qrels and present in the run (trec_eval's "
     "default; -c: every qrels query, a missing one scoring 0).",
     args=(
-        Arg("--qrels", required=True, help="TREC qrels or BEIR qrels TSV"),
-        Arg("--run", required=True, help="TREC run (qid Q0 docid rank score tag)"),
+        Arg("--qrels", path="input file", required=True, help="TREC qrels or BEIR qrels TSV"),
+        Arg(
+            "--run",
+            path="input file",
+            required=True,
+            help="TREC run (qid Q0 docid rank score tag)",
+        ),
         Arg(
             "--metrics",
             default=_DEFAULT_METRICS,

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from ragbench.cli.common import json_arg
+from ragbench.cli.common import json_arg, model_name
 from ragbench.cli.spec import Arg, Command
 
 
@@ -79,12 +79,19 @@ FINETUNE = Command(
     args=(
         Arg(
             "dataset",
+            path="input path",
+            names=True,
             help="a labeled set (path or name); with --pairs generated, any file or folder",
         ),
-        Arg("--out", required=True, help="new folder for the trained model"),
+        Arg("--out", path="output folder", required=True, help="new folder for the trained model"),
         Arg("--split", default="train", help="split whose judged queries train (default train)"),
         Arg("--pairs", choices=["select", "generated"], default="select"),
-        Arg("--model", default="all-MiniLM-L6-v2", help="base model: a name, path or hub id"),
+        Arg(
+            "--model",
+            default="all-MiniLM-L6-v2",
+            check=model_name,
+            help="base model: a name, path or hub id",
+        ),
         Arg("--cross-encoder", action="store_true", help="train a cross-encoder from --model"),
         Arg(
             "--settings",

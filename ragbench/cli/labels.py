@@ -143,7 +143,12 @@ _LLM_OPTIONS = Group(
         Arg("--base-url", help="OpenAI-compatible endpoint, e.g. https://api.openai.com/v1"),
         Arg("--model", help="chat model name"),
         Arg("--credential", help="credential name (see README: Endpoints and credentials)"),
-        Arg("--llm-cache", metavar="DIR", help="LLM cache root (default: the stage cache root)"),
+        Arg(
+            "--llm-cache",
+            path="output folder",
+            metavar="DIR",
+            help="LLM cache root (default: the stage cache root)",
+        ),
         _Number("--passage-words", "N", int, "words per passage shown to the model (default: 200)"),
         _Number(
             "--min-match",
@@ -185,9 +190,14 @@ _GENERATE = Command(
     description=_GENERATE_DESCRIPTION,
     raw_description=True,
     args=(
-        Arg("corpus", help="file or folder of documents, or a labeled set"),
+        Arg(
+            "corpus",
+            path="input path",
+            names=True,
+            help="file or folder of documents, or a labeled set",
+        ),
         *globs("CORPUS"),
-        Arg("--out", required=True, help="folder to write (new or empty)"),
+        Arg("--out", path="output folder", required=True, help="folder to write (new or empty)"),
         Arg("--method", default="ict", metavar="{ict,headings,llm}", help="(default: ict)"),
         _Number("--n", "N", int, "queries to generate (default: 50)"),
         _Number("--seed", "S", int, "sampling seed (default: 0)"),
@@ -241,11 +251,30 @@ _AGREEMENT = Command(
     help="do two labeled sets (real, generated) rank a sweep's trials alike?",
     description=_AGREEMENT_DESCRIPTION,
     args=(
-        Arg("real", help="the labeled set with real labels (path or name)"),
-        Arg("synthetic", help="the generated set (`ragbench datasets generate`)"),
-        Arg("--config", required=True, help="the sweep (an experiment YAML file)"),
+        Arg(
+            "real",
+            path="input folder",
+            names=True,
+            help="the labeled set with real labels (path or name)",
+        ),
+        Arg(
+            "synthetic",
+            path="input folder",
+            names=True,
+            help="the generated set (`ragbench datasets generate`)",
+        ),
+        Arg(
+            "--config",
+            path="input file",
+            required=True,
+            help="the sweep (an experiment YAML file)",
+        ),
         Arg("--metric", help="metric to rank by (default: the config's first)"),
-        Arg("--out", help="parent of the two run directories (default: runs/agreement-<name>)"),
+        Arg(
+            "--out",
+            path="output folder",
+            help="parent of the two run directories (default: runs/agreement-<name>)",
+        ),
         Arg("--limit-queries", type=int, help="only the first N queries of each"),
         Arg("--overwrite", action="store_true", help="run both sweeps again instead of resuming"),
         Arg(
@@ -277,9 +306,14 @@ _JUDGE = Command(
     help="judge a generated set's queries by hand in the terminal (split judged)",
     description=_JUDGE_DESCRIPTION,
     args=(
-        Arg("set", help="the generated set (or a plain folder with queries.jsonl)"),
+        Arg(
+            "set",
+            path="input folder",
+            help="the generated set (or a plain folder with queries.jsonl)",
+        ),
         Arg(
             "--run",
+            path="input folder",
             action="append",
             required=True,
             metavar="RUN",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ragbench.cli.common import globs, print_frame
+from ragbench.cli.common import collection, globs, print_frame
 from ragbench.cli.spec import Arg, Command
 from ragbench.errors import ConfigError
 
@@ -18,17 +18,29 @@ def _optimize(args: argparse.Namespace) -> int:
     from ragbench.text.loaders import skipped_summary
 
     for flag, value, low in (("--n", args.n, 1), ("--seed", args.seed, 0)):
-        if value < low:
+        if value is not None and value < low:
             raise ConfigError(f"{flag}: expected an integer >= {low}, got {value}")
     done = optimize(
-        args.docs, args.out, n=args.n, seed=args.seed, include=args.include, exclude=args.exclude
+        args.docs,
+        args.out,
+        n=args.n,
+        seed=args.seed,
+        generate_labels=args.generate,
+        include=args.include,
+        exclude=args.exclude,
     )
     made = done.generation
     if made is not None and made.problems:
         print(skipped_summary(made.problems), file=sys.stderr)
-    how = "reused" if made is None else f"generated from {made.documents:,} documents"
-    judged = "" if done.generated == done.queries else f", {done.queries:,} judged by document"
-    print(f"labels:        {done.labels} ({done.generated:,} queries, {how}{judged})")
+    if done.own:
+        print(
+            f"labels:        {done.labels} (yours: {done.queries:,} queries; --generate "
+            "generates labels instead)"
+        )
+    else:
+        how = "reused" if made is None else f"generated from {made.documents:,} documents"
+        judged = "" if done.generated == done.queries else f", {done.queries:,} judged by document"
+        print(f"labels:        {done.labels} ({done.generated:,} queries, {how}{judged})")
     print_frame(trial_table(done.run.trials, done.run.metrics))
     print(f"\nrun directory: {done.run.path}\nreport:        {done.files['html']}\n")
     print("\n".join(answer_lines(done.report, args.collection)))
@@ -38,17 +50,28 @@ def _optimize(args: argparse.Namespace) -> int:
 OPTIMIZE = Command(
     "optimize",
     help="generate labels for a folder of documents, sweep the usual configurations, recommend one",
-    description="Generate labels from DOCS (offline, cached), run the default sweep on them "
+    description="Use the labels DOCS holds (its queries.jsonl), or generate them from DOCS "
+    "(offline, cached), run the default sweep on them "
     "(BM25 at four settings, dense MiniLM, hybrid RRF and convex fusion, on two chunkings), "
     "write the report and print the recommendation, how sure it is and the command that "
     "deploys it. A second call reuses the labels and the cached stages.",
     args=(
-        Arg("docs", help="folder (or file) of your documents"),
+        Arg("docs", path="input path", names=True, help="folder (or file) of your documents"),
         *globs("DOCS"),
-        Arg("--out", help="folder for the labels and the run (default: runs/optimize-<DOCS name>)"),
-        Arg("--n", type=int, default=300, help="queries to generate (default 300)"),
+        Arg(
+            "--out",
+            path="output folder",
+            help="folder for the labels and the run (default: runs/optimize-<DOCS name>)",
+        ),
+        Arg("--n", type=int, help="queries to generate (default 300)"),
+        Arg(
+            "--generate",
+            action="store_true",
+            help="generate labels even when DOCS holds its own (a queries.jsonl at its top, or "
+            "a labeled set), which are used otherwise",
+        ),
         Arg("--seed", type=int, default=0, help="sampling seed (default 0)"),
-        Arg("--collection", default="default", help="collection name in the deploy command"),
+        collection("collection name in the deploy command"),
     ),
     run=_optimize,
 )

@@ -71,7 +71,7 @@ REPORT = Command(
         Arg("--test", choices=["permutation", "t", "wilcoxon"], default="permutation"),
         Arg("--correction", choices=["holm", "bonferroni", "bh", "none"], default="holm"),
         *PICK,
-        Arg("--out", help="output folder (default: reports/<run-name>)"),
+        Arg("--out", path="output folder", help="output folder (default: reports/<run-name>)"),
         MLFLOW,
     ),
     run=_report,
@@ -81,9 +81,13 @@ COMPARE = Command(
     "compare",
     help="trials of several runs in one table",
     args=(
-        Arg("run_dirs", nargs="+", help="run directories"),
+        Arg("run_dirs", path="input folder", nargs="+", help="run directories"),
         Arg("--metric", help="metric to sort by (default: the first run's first)"),
-        Arg("--out", help="output folder for compare.md/.csv (default: reports/<run-name>)"),
+        Arg(
+            "--out",
+            path="output folder",
+            help="output folder for compare.md/.csv (default: reports/<run-name>)",
+        ),
     ),
     run=_compare,
 )
@@ -106,7 +110,11 @@ EXPORT = Command(
                     metavar="ID",
                     help="trial id, or 'best' on the run's first metric (default)",
                 ),
-                Arg("--out", help="file to write (default: RUN/ragas/<trial id>.jsonl)"),
+                Arg(
+                    "--out",
+                    path="output file",
+                    help="file to write (default: RUN/ragas/<trial id>.jsonl)",
+                ),
             ),
             run=_export_ragas,
         ),

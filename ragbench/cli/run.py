@@ -39,12 +39,12 @@ def _run(args: argparse.Namespace) -> int:
     from ragbench.report.tables import trial_table
 
     config = _run_config(args)
-    if args.dry_run:
-        return _print_dry_run(dry_run(config, args.limit_queries))
-    if args.select is not None:
+    if args.select is not None:  # the dry run checks all the run checks before its work
         _check_select(args.select, config.evaluation.metrics)
     if args.mlflow:
         require_mlflow()
+    if args.dry_run:
+        return _print_dry_run(dry_run(config, args.limit_queries))
     result = run(config, args.out, **options(args, _SWEEP_OPTIONS))
     trials = result.trials
     finished = int((trials["status"] == "ok").sum()) if not trials.empty else 0
@@ -138,8 +138,8 @@ RUN = Command(
     "run",
     help="run a sweep from a YAML config",
     args=(
-        Arg("config", help="experiment YAML file"),
-        Arg("--out", help="run directory (default: runs/<name>)"),
+        Arg("config", path="input file", help="experiment YAML file"),
+        Arg("--out", path="output folder", help="run directory (default: runs/<name>)"),
         Arg("--resume", action="store_true", help="continue an interrupted run"),
         Arg(
             "--remeasure-latency",
@@ -153,6 +153,8 @@ RUN = Command(
         Arg("--limit-queries", type=int, help="evaluate only the first N queries"),
         Arg(
             "--dataset",
+            path="input folder",
+            names=True,
             help="dataset path or name, replacing the config's (and its queries file)",
         ),
         QUERIES_FILE,

@@ -23,6 +23,7 @@ says how to get them.
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 from ragbench.data.labeled import LabeledSet
@@ -71,7 +72,7 @@ def no_labels(root: Path) -> str:
     return (
         f"{folder}: no labeled queries — write {folder}{QUERIES} "
         '({"query": ..., "relevant": [doc ids]}, see README "Your own documents") '
-        f"or generate them: ragbench datasets generate {folder} --out labels/"
+        f"or generate them: ragbench datasets generate {shlex.quote(folder)} --out labels/"
     )
 
 

@@ -9,7 +9,9 @@ log one summary, ``ragbench.data.validate`` lists them all. ``text_lines`` and
 they cannot read (a JSON object naming a key twice included: ``loads_json``);
 ``check_corpus`` and ``check_judged`` record what stops any run of a whole set
 (no documents, an id no run file can hold, a split without a relevant judgement), so that
-validating a set and running it agree.
+validating a set and running it agree. Text no file of a run can hold — a lone surrogate, which a
+JSON ``\\u`` escape can spell but UTF-8, Arrow and JSON output cannot encode — is an error
+wherever it is read (``unencodable``): in any field of a JSON line, in a document's text.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import csv
 import gzip
 import json
 import logging
+import re
+import shlex
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +43,7 @@ __all__ = [
     "jsonl_records",
     "loads_json",
     "text_lines",
+    "unencodable",
 ]
 
 logger = logging.getLogger("ragbench.data")
@@ -91,7 +96,7 @@ class ProblemLog:
                 path,
                 len(self.problems),
                 self.problems[0],
-                path,
+                shlex.quote(str(path)),
             )
 
 
@@ -113,6 +118,40 @@ def text_lines(path: Path, log: ProblemLog) -> Iterator[tuple[int, str]]:
                     yield number, line
     except (OSError, EOFError) as exc:  # gzip raises BadGzipFile (an OSError) or EOFError
         log.error(path, None, f"cannot read the file: {exc}")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")  # JSON decodes a valid pair to one character
+
+
+def unencodable(value: Any, where: str = "") -> str | None:
+    """Where ``value`` (text, or a decoded JSON value: every key and string in it) holds a lone
+    surrogate, which no UTF-8 text can hold, said with the key path from ``where``; or None."""
+    if isinstance(value, str):
+        return _surrogate(value, f"{where!r} holds" if where else "holds")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else str(key)
+            in_key = _surrogate(str(key), f"a key of {where!r} holds" if where else "a key holds")
+            found = in_key or unencodable(item, path)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for number, item in enumerate(value):
+            found = unencodable(item, f"{where}[{number}]")
+            if found is not None:
+                return found
+    return None
+
+
+def _surrogate(text: str, held: str) -> str | None:
+    """The problem of ``text`` when it holds a lone surrogate (``held`` says where), or None."""
+    found = _SURROGATE.search(text)
+    if found is None:
+        return None
+    return (
+        f"{held} a lone surrogate {ascii(found.group())[1:-1]} (half a UTF-16 pair, which a "
+        "JSON \\u escape can spell but UTF-8 cannot encode)"
+    )
 
 
 class DuplicateKey(ValueError):
@@ -154,10 +193,14 @@ def jsonl_records(path: Path, log: ProblemLog) -> Iterator[tuple[int, dict[str, 
         except DuplicateKey as exc:
             log.error(path, number, str(exc))
             continue
-        if isinstance(record, dict):
-            yield number, record
-        else:
+        if not isinstance(record, dict):
             log.error(path, number, f"expected a JSON object, found {type(record).__name__}")
+            continue
+        bad = unencodable(record) if "\\u" in line else None  # only an escape can spell one
+        if bad is not None:
+            log.error(path, number, bad)
+            continue
+        yield number, record
 
 
 def csv_records(
@@ -197,14 +240,19 @@ def csv_records(
 
 
 def check_corpus(log: ProblemLog, where: object, documents: Iterable[Document]) -> None:
-    """Record an error for an empty corpus and for each document id no run file can hold
-    (``ragbench.data.trec.unwritable``): a run of the set would fail on either."""
+    """Record an error for an empty corpus, for each document id no run file can hold
+    (``ragbench.data.trec.unwritable``) and each document whose text or metadata UTF-8 cannot
+    encode (``unencodable``): a run of the set would fail on any of them."""
     count = 0
     for doc in documents:
         count += 1
         why = unwritable(doc.id)
         if why is not None:
             log.error(where, None, f"document id {doc.id!r}: {why}")
+            continue
+        bad = unencodable(doc.text, "text") or unencodable(doc.metadata, "metadata")
+        if bad is not None:
+            log.error(doc.source or where, None, f"document {doc.id!r}: {bad}")
     if not count:
         log.error(where, None, "no documents: the corpus is empty")
 

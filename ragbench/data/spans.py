@@ -55,7 +55,9 @@ from ragbench.data.labeled import LEVELS, Evidence, LabeledSet
 from ragbench.data.problems import Problem, ProblemLog, check_corpus, check_judged, jsonl_records
 from ragbench.data.trec import grade_problem, unwritable
 from ragbench.errors import DataError, RagbenchError
+from ragbench.owned import mark
 from ragbench.text.loaders import BaseLoader, DirectoryLoader
+from ragbench.text.loaders.directory import OUTPUT
 from ragbench.types import Document, Query
 
 __all__ = [
@@ -235,12 +237,13 @@ def read_queries(
 
 def read_corpus(corpus: Path, log: ProblemLog, loader: BaseLoader | None = None) -> list[Document]:
     """The documents under ``corpus`` (as ``loader`` reads them, by default a
-    ``DirectoryLoader``); files it skips are warnings, an empty corpus or an id no run file can
-    hold an error."""
+    ``DirectoryLoader``); files it skips are warnings (folders ragbench wrote are no data
+    problem), an empty corpus or an id no run file can hold an error."""
     source = loader if loader is not None else DirectoryLoader(corpus)
     documents = list(source)
     for problem in source.report.problems:
-        log.warn(problem.path, None, f"not loaded: {problem.reason}")
+        if problem.kind != OUTPUT:
+            log.warn(problem.path, None, f"not loaded: {problem.reason}")
     check_corpus(log, corpus, documents)
     return documents
 
@@ -601,13 +604,14 @@ def write_spans(
     """Write a span-labeled set — ``corpus/`` (copies of the documents' source files with
     ``corpus_given``, else one ``contexts.jsonl``), ``queries.jsonl`` (one record per query) and
     the ``cuts`` (doc id, start, end, query id) as ``cuts.jsonl`` — into a temporary folder next
-    to ``out``, then rename it to ``out``."""
+    to ``out``, marked as ragbench's (``ragbench.owned``), then rename it to ``out``."""
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         temporary = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     except OSError as exc:
         raise RagbenchError(f"{out}: cannot write the labeled set ({exc})") from None
     try:
+        mark(temporary, "labeled set")
         corpus = temporary / "corpus"
         corpus.mkdir()
         if corpus_given:

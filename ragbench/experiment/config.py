@@ -123,8 +123,20 @@ class EvaluationSpec(ConfigModel):
     def _selection(self) -> EvaluationSpec:
         if self.report_on is not None and self.folds is not None:
             raise ValueError("use either report_on (a second split) or folds, not both")
-        if self.report_on is not None and self.report_on == self.select_on:
-            raise ValueError(f"report_on must differ from select_on (both {self.report_on!r})")
+        return self
+
+    @model_validator(mode="after")
+    def _cutoffs_within_depth(self) -> EvaluationSpec:
+        """A metric cut deeper than the ranking it scores would score a shorter ranking under
+        its name (``recall@50`` of 5 documents is ``recall@5``): refused."""
+        for metric in self.metrics:
+            if metric.k is not None and metric.k > self.depth:
+                raise ValueError(
+                    f"@metrics: {metric.name} reads the top {metric.k} results, but "
+                    f"evaluation.depth keeps {self.depth} (it would score "
+                    f"{metric.family}@{self.depth} under its name); raise evaluation.depth to "
+                    f"{metric.k} or cut {metric.family} at {self.depth} at most"
+                )
         return self
 
     @property
@@ -191,6 +203,20 @@ class ExperimentConfig(ConfigModel):
         if unknown:
             raise ValueError(f"@{unknown[0]}: unknown axis; allowed: {', '.join(names)}")
         return {k: v if isinstance(v, list) else [v] for k, v in value.items()}
+
+    @model_validator(mode="after")
+    def _reports_on_another_split(self) -> ExperimentConfig:
+        """Honest selection reports on queries the sweep did not select on: ``report_on``
+        differs from the sweep's split (``select_on``, else ``dataset.split``)."""
+        report_on = self.evaluation.report_on
+        if report_on is not None and report_on == self.sweep_split:
+            where = "evaluation.select_on" if self.evaluation.select_on else "dataset.split"
+            raise ValueError(
+                f"@evaluation.report_on: the sweep selects on split {report_on!r} ({where}) and "
+                f"would report on split {report_on!r} too; set evaluation.select_on to another "
+                "split than report_on"
+            )
+        return self
 
     @model_validator(mode="after")
     def _no_training_on_reported(self) -> ExperimentConfig:
@@ -263,13 +289,52 @@ def trains_on_select(config: ExperimentConfig) -> bool:
     return found(config.sweep)
 
 
-_STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+_DIGITS = re.compile(r"\d+")
 _MERGE = "tag:yaml.org,2002:merge"
+MAX_YAML_NODES = 100_000
+"""The most values a YAML text may hold once its aliases are expanded: more is an alias bomb
+(a few lines whose aliases multiply into billions of values), refused while it is parsed."""
 
 
 class _Loader(yaml.SafeLoader):
-    """Safe YAML without silent losses: a key given twice in one mapping is an error naming
-    where both are (YAML itself keeps the last one)."""
+    """Safe YAML without silent losses or blow-ups: a key given twice in one mapping is an
+    error naming where both are (YAML itself keeps the last one), and aliases (merge keys
+    included) may expand to ``MAX_YAML_NODES`` values at most, and never into themselves."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._sizes: dict[int, int] = {}  # id of a composed node → its values, aliases expanded
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        """The node, counted: its size is its own and its children's, an alias counting as the
+        whole node it repeats; refused past ``MAX_YAML_NODES`` before anything walks it."""
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            node = self.anchors.get(event.anchor)
+            if node is not None and id(node) not in self._sizes:
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    f"alias *{event.anchor} repeats a value that holds it",
+                    event.start_mark,
+                )
+            return typing.cast(yaml.Node, super().compose_node(parent, index))
+        node = typing.cast(yaml.Node, super().compose_node(parent, index))  # never None
+        children = node.value if isinstance(node, yaml.SequenceNode) else []
+        if isinstance(node, yaml.MappingNode):
+            children = [child for pair in node.value for child in pair]
+        size = 1 + sum(self._sizes[id(child)] for child in children)
+        if size > MAX_YAML_NODES:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"its aliases expand this value to more than {MAX_YAML_NODES:,} values; "
+                "write it with fewer aliases",
+                node.start_mark,
+            )
+        self._sizes[id(node)] = size
+        return node
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         marks: dict[Any, yaml.Mark] = {}
@@ -312,37 +377,74 @@ def _yaml_error(exc: yaml.YAMLError | RecursionError) -> tuple[str, str]:
     return line, " ".join(reason.split())
 
 
+def _steps(path: str) -> list[str | int]:
+    """The keys and indexes of an override's path, ``KEY ( "." KEY | "[" INT "]" )*`` with
+    ``KEY`` a letter or ``_`` then letters, digits, ``_`` or ``-``; ``ValueError`` naming the
+    first character that does not fit."""
+
+    def refuse(at: int, expected: str) -> ValueError:
+        found = repr(path[at]) if at < len(path) else "the end"
+        return ValueError(f"expected {expected} at character {at + 1} of the path, found {found}")
+
+    steps: list[str | int] = []
+    at = 0
+    while not steps or at < len(path):
+        if steps and path[at] == "[":
+            digits = _DIGITS.match(path, at + 1)
+            end = digits.end() if digits else at + 1
+            if digits is None:
+                raise refuse(end, "an index (digits)")
+            if path[end : end + 1] != "]":
+                raise refuse(end, "']'")
+            steps.append(int(digits[0]))
+            at = end + 1
+            continue
+        if steps and path[at] != ".":
+            raise refuse(at, "'.' or '['")
+        start = at + 1 if steps else at
+        key = _KEY.match(path, start)
+        if key is None:
+            raise refuse(start, "a key (a letter or _, then letters, digits, _ or -)")
+        steps.append(key[0])
+        at = key.end()
+    return steps
+
+
 def apply_override(data: dict[str, Any], assignment: str) -> None:
-    """Set one ``key.path[i].option=value`` (value parsed as YAML) in a raw config mapping."""
+    """Set one ``key.path[i].option=value`` (value parsed as YAML) in a raw config mapping;
+    a path the grammar of ``_steps`` does not parse, or no value, is a ``ConfigError``."""
     path, sep, raw = assignment.partition("=")
-    steps = [(k, int(i) if i else None) for k, i in _STEP.findall(path.strip())]
-    if not sep or not steps:
-        raise ConfigError(
-            f"--set {assignment!r}: expected KEY.PATH=VALUE, e.g. evaluation.depth=50"
-        )
+    path = path.strip()
+    shown = assignment if len(assignment) <= 60 else assignment[:57] + "..."
+    if not sep:
+        raise ConfigError(f"--set {shown!r}: expected KEY.PATH=VALUE, e.g. evaluation.depth=50")
     try:
-        value = _load_yaml(raw) if raw.strip() else ""
+        steps = _steps(path)
+    except ValueError as exc:
+        raise ConfigError(f"--set {shown!r}: {exc} (KEY.PATH[INDEX]=VALUE)") from None
+    if not raw.strip():
+        raise ConfigError(f"--set {shown!r}: expected a value after '=' ('' for an empty text)")
+    try:
+        value = _load_yaml(raw)
     except (yaml.YAMLError, RecursionError) as exc:
-        shown = assignment if len(assignment) <= 60 else assignment[:57] + "..."
         raise ConfigError(f"--set {shown!r}: invalid YAML value ({_yaml_error(exc)[1]})") from None
     node: Any = data
-    for n, (key, index) in enumerate(steps):
+    for n, step in enumerate(steps):
         last = n == len(steps) - 1
-        if key:
+        if isinstance(step, str):
             if not isinstance(node, dict):
-                raise ConfigError(f"--set {path}: {key!r} is not inside a mapping")
+                raise ConfigError(f"--set {path}: {step!r} is not inside a mapping")
             if last:
-                node[key] = value
+                node[step] = value
                 return
-            node = node.setdefault(key, {} if steps[n + 1][0] else [])
+            node = node.setdefault(step, {} if isinstance(steps[n + 1], str) else [])
         else:
-            # _STEP matches a key or an [index]: without a key, index is an int
-            if not isinstance(node, list) or index is None or index >= len(node):
-                raise ConfigError(f"--set {path}: no item [{index}] there")
+            if not isinstance(node, list) or step >= len(node):
+                raise ConfigError(f"--set {path}: no item [{step}] there")
             if last:
-                node[index] = value
+                node[step] = value
                 return
-            node = node[index]
+            node = node[step]
 
 
 def load_config(

@@ -9,7 +9,9 @@ now, in this process: each model with texts to embed loads (its load time counts
 embeds a sample of them (the vectors are kept in the embedding cache: the run does not embed
 them again); a cross-encoder scores a sample of pairs; BM25 and HNSW builds are timed on a
 sample of the chunks and scaled. A trial with work to do also pays its latency pass (the
-sampled queries, one at a time, ``repeats`` + 1 times through its query-time models). LLM calls
+sampled queries, one at a time, ``repeats`` + 1 times through its query-time models). A
+fine-tuning stage makes the pairs it will train on and counts its steps as training does
+(``index.finetune.planned_steps``), each about three passes of its batch's texts. LLM calls
 are counted (at most one per query and LLM stage; cached calls are not seen) and priced from
 the config's ``prices``; their seconds depend on the endpoint and are not estimated.
 """
@@ -24,10 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from ragbench.data.pairs import generated_pairs
 from ragbench.experiment.config import Trial
 from ragbench.experiment.trial import Context
 from ragbench.index.cache import EmbeddingCache
-from ragbench.index.finetune import FinetuneConfig, Tunable
+from ragbench.index.finetune import FinetuneConfig, Tunable, planned_steps
 from ragbench.llm.client import LLMOptions
 from ragbench.registry import ComponentConfig, components
 from ragbench.retrieve.execution import Execution
@@ -270,16 +273,24 @@ def _base(config: ComponentConfig) -> ComponentConfig:
 def _training(
     config: Tunable, tuning: FinetuneConfig, ctx: Context, meter: _Meter, cost: Cost
 ) -> None:
-    """Add a fine-tuning stage's work and seconds to ``cost``: its steps, each about three
-    times (forward and backward) the inference time of the texts in its batch."""
+    """Add a fine-tuning stage's work and seconds to ``cost``: the steps training will take
+    (``planned_steps``, on the pairs it will train on), each about three times (forward and
+    backward) the inference time of the texts in its batch, and the base model's passes
+    before them (mining hard negatives, the ``margin_mse`` teacher's margins)."""
     if tuning.pairs == "select" and ctx.env.train is not None:
-        pairs = len(ctx.env.train(tuning.width))
+        pairs = ctx.env.train(tuning.width)
     else:
-        pairs = tuning.queries
-    steps = tuning.epochs * max(1, pairs // tuning.batch_size)
-    texts = steps * tuning.batch_size * (2 + tuning.n_negatives)
+        pairs = generated_pairs(ctx.env.corpus, tuning.queries, tuning.seed, tuning.width)
+    steps = planned_steps(config.family, pairs, tuning)
+    loss = tuning.loss_for(config.family)
+    negatives = tuning.n_negatives if tuning.negatives != "none" else 0
+    per_row = 1 if loss in {"margin_mse", "triplet"} else negatives
     if isinstance(config, ComponentConfig) and config.family == "bi-encoder":
-        cost.seconds += 3 * meter.embedder(config).seconds(texts)
+        model = meter.embedder(config)
+        cost.seconds += 3 * model.seconds(steps * tuning.batch_size * (2 + per_row))
+        before = len(pairs.passages) if tuning.negatives == "model" and negatives else 0
+        before += len(pairs) * (2 + negatives) if loss == "margin_mse" else 0
+        cost.seconds += model.seconds(before)
         cost.work.append(f"fine-tune {config.model} ({steps:,} steps)")
     else:
         cost.work.append(f"train a cross-encoder from {config.model} ({steps:,} steps, not timed)")

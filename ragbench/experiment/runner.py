@@ -3,10 +3,12 @@ every finished trial to the run directory before the next one is recorded, resum
 with the honest selection when the config asks for one.
 
 ``run`` is the library entry point (``ragbench.run`` in notebooks, ``ragbench run`` on the
-command line); ``dry_run`` lists the trials and which of their stages are cached. Running one
-trial is ``ragbench.experiment.trial``'s job. Trials run through an executor (serial, a local
-process pool, or Dask); the parent process alone writes the run directory, so an interrupted
-sweep loses no finished trial and ``resume=True`` continues where it stopped.
+command line); ``dry_run`` lists the trials and which of their stages are cached. Both make
+the same checks first (``_check``), and the run records in its manifest what its report must
+say of the evidence (trials planned, models trained on evaluated queries, shared queries).
+Running one trial is ``ragbench.experiment.trial``'s job. Trials run through an executor
+(serial, a local process pool, or Dask); the parent process alone writes the run directory, so
+an interrupted sweep loses no finished trial and ``resume=True`` continues where it stopped.
 """
 
 from __future__ import annotations
@@ -35,7 +37,14 @@ from ragbench import telemetry
 from ragbench.endpoints import describe_endpoints
 from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.metrics import best_first, best_index
-from ragbench.experiment.config import ExperimentConfig, Trial, expand, load_config, trial_of
+from ragbench.experiment.config import (
+    ExperimentConfig,
+    Trial,
+    expand,
+    load_config,
+    trains_on_select,
+    trial_of,
+)
 from ragbench.experiment.estimate import estimate
 from ragbench.experiment.evaluation import EXCERPT
 from ragbench.experiment.executors import execute
@@ -44,7 +53,8 @@ from ragbench.experiment.store import RUN_TABLES, RunStore, TrialResult
 from ragbench.experiment.tpe import tpe_trials
 from ragbench.experiment.trial import Context, RunSpec, context
 from ragbench.index.cache import writable_cache_root
-from ragbench.models import check_models
+from ragbench.index.finetune import TrainedOn, query_digest, trained_on
+from ragbench.models import check_models, model_fields
 from ragbench.registry import redundancy
 
 __all__ = ["RunResult", "dry_run", "find_trial", "run"]
@@ -212,27 +222,21 @@ def run(
         )
     _check_limit(limit_queries)
     cfg = config if isinstance(config, ExperimentConfig) else load_config(config)
-    telemetry.setup(cfg.telemetry)  # a missing exporter package fails before anything runs
-    root = str(writable_cache_root(cache_root))
+    token = uuid.uuid4().hex if remeasure_latency else None
+    checked = _check(cfg, limit_queries, cache_root, token)
+    spec, ctx, trials = checked.spec, checked.ctx, checked.trials
     store = RunStore(Path(out) if out is not None else Path("runs") / cfg.name)
     with store.hold():
-        token = uuid.uuid4().hex if remeasure_latency else None
-        spec = RunSpec(cfg, limit_queries, root, remeasure=token)
-        ctx = context(spec)
-        trials = expand(cfg)
-        check_models((t.configs for t in trials), cfg.sweep)
-        manifest = _manifest(spec, ctx, trials)
+        manifest = _manifest(checked)
         _open_store(store, manifest, ctx, resume=resume, overwrite=overwrite)
         done = store.finished_ids() if resume else set()
         if cfg.search.strategy == "tpe":
-            total = min(cfg.search.n or len(trials), len(trials))
             results = tpe_trials(cfg, trials, store, lambda ts: execute(spec, ts, "serial"))
         else:
-            total = len(trials)
             todo = [t for t in trials if t.id not in done]
             results = execute(spec, todo, executor, workers, scheduler)
         started = time.perf_counter()
-        _commit(store, results, ctx.query_ids, total, len(done), progress, on_trial)
+        _commit(store, results, ctx.query_ids, checked.planned, len(done), progress, on_trial)
         if cfg.evaluation.selects:
             manifest["selection"] = select(spec, trials, store)
         manifest["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
@@ -241,9 +245,139 @@ def run(
         return RunResult(store.path)
 
 
-def _manifest(spec: RunSpec, ctx: Context, trials: Sequence[Trial]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Checked:
+    """A config that passed every check a run makes before its first trial: its spec, the
+    context of its sweep split, its trials (``planned`` of them run: TPE runs ``search.n``)
+    and what its report must say of the evidence (``_evidence``)."""
+
+    spec: RunSpec
+    ctx: Context
+    trials: list[Trial]
+    planned: int
+    evidence: dict[str, Any]
+
+
+def _check(
+    cfg: ExperimentConfig,
+    limit_queries: int | None,
+    cache_root: str | Path | None,
+    remeasure: str | None = None,
+) -> _Checked:
+    """Every check a run makes before it starts a trial, in one place: ``run`` and
+    ``dry_run`` both call it, so a dry run refuses whatever the run would refuse. The
+    telemetry exporter's package, a writable cache root, the trials (the grid, the search,
+    the baseline, answer metrics), every model they load, the labeled set and the queries
+    evaluated on the sweep split and, with honest selection on two splits, on the report
+    split; then the evidence (``_evidence``: no model trained on the queries reported on)."""
+    telemetry.setup(cfg.telemetry)  # a missing exporter package fails before anything runs
+    root = str(writable_cache_root(cache_root))
+    spec = RunSpec(cfg, limit_queries, root, remeasure=remeasure)
+    trials = expand(cfg)
+    check_models((t.configs for t in trials), cfg.sweep)
+    ctx = context(spec)
+    reported = ctx
+    if cfg.evaluation.report_on is not None:
+        reported = context(RunSpec(cfg, limit_queries, root, cfg.evaluation.report_on))
+    planned = len(trials)
+    if cfg.search.strategy == "tpe":
+        planned = min(cfg.search.n or len(trials), len(trials))
+    return _Checked(spec, ctx, trials, planned, _evidence(cfg, trials, ctx, reported))
+
+
+def _evidence(
+    cfg: ExperimentConfig, trials: Sequence[Trial], swept: Context, reported: Context
+) -> dict[str, Any]:
+    """What the report must say of the evidence, found before the run (the manifest's
+    ``evidence``): models that trained on queries the sweep selects on (``trained_on``: a
+    local model whose ``training.json`` lists them, or a ``finetune`` on ``pairs: select``),
+    and the queries the selection split and the report split share by id or text
+    (``shared_queries``). A model trained on queries the run reports on is refused: a
+    ``ConfigError`` naming it, the split and how many of its queries it trained on."""
+    found: dict[str, Any] = {}
+    trained = []
+    for where, name, record in _trained_models(trials, cfg.sweep):
+        for ctx in (reported, swept) if reported is not swept else (reported,):
+            labeled = ctx.labeled
+            shared = record.shared(ctx.query_texts, f"split {labeled.split!r} of {labeled.name}")
+            if shared and ctx is reported:
+                raise ConfigError(
+                    f"{where}: model {name!r} was fine-tuned on {shared} of the "
+                    f"{len(ctx.query_ids)} queries this run reports on (split {labeled.split!r} "
+                    f"of {labeled.name!r}; see {record.record}); report on a split it did not "
+                    "train on (dataset.split, or evaluation.select_on and report_on)"
+                )
+            if shared:
+                log.warning(
+                    "%s: model %r was fine-tuned on %d of the %d queries of split %r the sweep "
+                    "selects on: the report will say so",
+                    where,
+                    name,
+                    shared,
+                    len(ctx.query_ids),
+                    labeled.split,
+                )
+                trained.append(_trained(where, name, labeled.split, shared, len(ctx.query_ids)))
+    if trains_on_select(cfg):  # by design: the report says the table scores training queries
+        count = len(swept.query_ids)
+        where = "finetune.pairs: select"
+        trained.append(_trained(where, None, swept.labeled.split, count, count))
+    if trained:
+        found["trained_on"] = trained
+    if reported is not swept:
+        ids, texts = set(swept.query_ids), {query_digest(t) for t in swept.query_texts}
+        shared = sum(
+            q in ids or query_digest(t) in texts
+            for q, t in zip(reported.query_ids, reported.query_texts, strict=True)
+        )
+        if shared:
+            found["shared_queries"] = {
+                "select_on": swept.labeled.split,
+                "report_on": reported.labeled.split,
+                "shared": shared,
+                "of": len(reported.query_ids),
+            }
+            log.warning(
+                "%d of the %d queries of split %r (reported on) are on split %r (selected on) "
+                "too: the report will say so",
+                shared,
+                len(reported.query_ids),
+                reported.labeled.split,
+                swept.labeled.split,
+            )
+    return found
+
+
+def _trained(where: str, model: str | None, split: str, shared: int, of: int) -> dict[str, Any]:
+    """A ``trained_on`` entry of the evidence: where the model is named (or the ``finetune``
+    that trains it), the model (None for one the sweep trains), the split and how many of its
+    evaluated queries (``of``) the model trained on (``shared``)."""
+    return {"where": where, "model": model, "split": split, "shared": shared, "of": of}
+
+
+def _trained_models(
+    trials: Sequence[Trial], sweep: Mapping[str, Any]
+) -> list[tuple[str, str, TrainedOn]]:
+    """The models the trials load that were trained by ragbench (a folder with a
+    ``training.json``): the key path naming each (in ``sweep`` when it is named there), its
+    name and what it trained on."""
+    where: dict[str, str] = {}
+    for path, name in model_fields(sweep, "sweep"):
+        where.setdefault(name, path)
+    found: dict[str, tuple[str, TrainedOn | None]] = {}
+    for trial in trials:
+        for axis, config in trial.configs.items():
+            for path, name in model_fields(config.model_dump(mode="json"), axis):
+                if name not in found:
+                    found[name] = (where.get(name, path), trained_on(name))
+    return [(path, name, record) for name, (path, record) in found.items() if record is not None]
+
+
+def _manifest(checked: _Checked) -> dict[str, Any]:
     """The run's ``manifest.json`` as it starts: config, dataset, queries, evaluation, the
-    metrics evaluated (and skipped), trials, versions."""
+    metrics evaluated (and skipped), trials (and how many of them the run plans), what the
+    report must say of the evidence, versions."""
+    spec, ctx, trials = checked.spec, checked.ctx, checked.trials
     cfg, labeled, evaluation = spec.config, ctx.labeled, ctx.evaluation
     return {
         "config": cfg.model_dump(mode="json", exclude={"base_dir"}),
@@ -264,6 +398,8 @@ def _manifest(spec: RunSpec, ctx: Context, trials: Sequence[Trial]) -> dict[str,
         "metrics": [m.name for m in evaluation.metrics],
         "skipped_metrics": evaluation.skipped,
         "trials": {t.id: t.label for t in trials},
+        "planned": checked.planned,
+        "evidence": checked.evidence,
         "cache_root": spec.cache_root,
         "versions": _versions(),
         "git_commit": _git_commit(),
@@ -367,12 +503,12 @@ def dry_run(
     (``ragbench.experiment.estimate``: it computes the cheap chunkings and measures each
     model on a sample, all kept in the cache), the endpoints (with the credential each is
     sent) the trial calls, and why a trial cannot rank differently from another one
-    (``registry.redundancy``; "-" when it can)."""
+    (``registry.redundancy``; "-" when it can). It first makes every check ``run`` makes
+    (``_check``), so it refuses what the run would refuse."""
     _check_limit(limit_queries)
     cfg = config if isinstance(config, ExperimentConfig) else load_config(config)
-    trials = expand(cfg)
-    check_models((t.configs for t in trials), cfg.sweep)
-    ctx = context(RunSpec(cfg, limit_queries, str(writable_cache_root(cache_root))))
+    checked = _check(cfg, limit_queries, cache_root)
+    ctx, trials = checked.ctx, checked.trials
     cached = [
         {s.name: ctx.cache.has(s.area, s.key) for s in ctx.plan(t).stages.values()} for t in trials
     ]

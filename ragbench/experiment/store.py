@@ -19,7 +19,10 @@ A trial is committed by atomic writes — run files, then ``per_query.parquet`` 
 next commit. A failed write (a full disk) removes its temporary file and raises a one-line
 error naming the folder, so the tables keep their last good version. One process at a time
 writes a run directory (``hold``), and ``repair`` checks finished trials against this contract
-before a resume, dropping those that lost a file so that they run again.
+before a resume, dropping those that lost a file so that they run again. Every file is checked
+where ``RunStore`` reads it — a table for its columns and their types, a JSON file for its
+keys (``read_json``) — so one damaged, truncated or written by another tool is one
+``DataError`` naming it and what was expected.
 """
 
 from __future__ import annotations
@@ -37,15 +40,17 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 from filelock import FileLock, Timeout
 
 from ragbench.data.trec import write_ranking
 from ragbench.errors import ConfigError, DataError, RagbenchError
+from ragbench.owned import MARKER, claim
 from ragbench.retrieve.timed import percentiles_ms
 from ragbench.types import Ranking
 
-__all__ = ["RUN_TABLES", "RunStore", "TrialResult", "write_failure"]
+__all__ = ["RUN_TABLES", "RunStore", "TrialResult", "read_json", "write_failure"]
 
 RUN_TABLES = ("trials.parquet", "per_query.parquet", "curves.parquet", "answers.parquet")
 
@@ -177,13 +182,217 @@ def _atomic_text(text: str, path: Path) -> None:
     _atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
-def _read_parquet(path: Path) -> pd.DataFrame:
-    """A table of the run directory; ``DataError`` naming it when it cannot be read."""
+# What a run directory's files hold (shapes of ``read_json``), checked where they are read: a
+# file another tool wrote, a damaged or truncated one, is one ``DataError`` naming it and what
+# was expected.
+_NULL = type(None)
+_SHARED = {"shared": int, "of": int}
+_MANIFEST: dict[str, Any] = {
+    "config": {
+        "name": str,
+        "dataset": {"format?": (str, _NULL)},
+        "evaluation": {"metrics": [str], "report_on?": (str, _NULL)},
+        "baseline?": (str, _NULL),
+        "search?": {"strategy?": str, "n?": (int, _NULL)},
+    },
+    "dataset": {"path": str, "split": str, "name": str, "documents": int, "queries?": (str, _NULL)},
+    "dataset_fingerprint": str,
+    "queries": {"count": int},
+    "evaluation": {"level": str, "relevance_level": int, "context_k?": int},
+    "metrics?": [str],
+    "skipped_metrics?": {"*": str},
+    "trials?": {"*": str},
+    "planned?": (int, _NULL),
+    "evidence?": {
+        "trained_on?": [{"where": str, "model": (str, _NULL), "split": str, **_SHARED}],
+        "shared_queries?": {"select_on": str, "report_on": str, **_SHARED},
+    },
+    "cache_root": str,
+    "versions?": {"*": str},
+    "git_commit?": (str, _NULL),
+    "started?": str,
+    "finished?": str,
+    "seconds?": float,
+}
+_SELECTION: dict[str, dict[str, Any]] = {
+    "splits": {
+        "select_on": str,
+        "report_on": str,
+        "chosen": {"*": {"trial_id": str, "label": str, "selected": float, "reported": float}},
+    },
+    "folds": {
+        "folds": int,
+        "split": str,
+        "chosen": {"*": {"per_fold": [str], "cross_validated": float, "best_in_sample": float}},
+    },
+}
+# the columns of each table (``name?``: optional), by the type of their values (``dict`` and
+# ``list``: text holding a JSON object or list)
+_LONG = {"trial_id": str, "query_id": str, "metric": str, "value": float}
+_COLUMNS: dict[str, dict[str, type]] = {
+    "trials": {"trial_id": str, "label": str, "status": str, "config?": dict},
+    "per_query": _LONG,
+    "selection_per_query": _LONG,
+    "curves": {"trial_id": str, "metric": str, "k": int, "value": float},
+    "answers": {"trial_id": str, "query_id": str, "answer": str, "chunk_ids": list},
+    "queries": {"query_id": str, "text": str, "qrels": dict, "evidence": list, "reference?": str},
+    "top": {
+        "query_id": str,
+        "rank": int,
+        "chunk_id": str,
+        "doc_id": str,
+        "score": float,
+        "text": str,
+    },
+}
+_NAMES = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    dict: "a JSON object",
+    list: "a list",
+    _NULL: "null",
+}
+
+
+def _what(shape: Any) -> str:
+    """What a shape expects, in words."""
+    if isinstance(shape, dict):
+        return "a JSON object"
+    if isinstance(shape, list):
+        return f"a list of {_plural(shape[0])}"
+    return " or ".join(_NAMES[t] for t in (shape if isinstance(shape, tuple) else (shape,)))
+
+
+def _plural(kind: type) -> str:
+    """``strings`` for ``str``: what a list or a column of ``kind`` holds."""
+    return _NAMES[kind].split(" ", 1)[1] + "s"
+
+
+def _found(value: Any) -> str:
+    """What a JSON value is, in words."""
+    if isinstance(value, bool):
+        return _NAMES[bool]
+    return next((_NAMES[t] for t in _NAMES if isinstance(value, t)), type(value).__name__)
+
+
+def _is(value: Any, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool):
+        return bool in types
+    if isinstance(value, int) and float in types:
+        return True
+    return isinstance(value, types)
+
+
+def _check(file: Path, value: Any, shape: Any, key: str = "") -> None:
+    """``DataError`` naming ``file`` and the key unless ``value`` has ``shape``."""
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            raise _wrong(file, key, shape, value)
+        for name, inner in shape.items():
+            if name == "*":
+                for item, found in value.items():
+                    _check(file, found, inner, f"{key}.{item}" if key else item)
+                continue
+            name, optional = name.removesuffix("?"), name.endswith("?")
+            where = f"{key}.{name}" if key else name
+            if name in value:
+                _check(file, value[name], inner, where)
+            elif not optional:
+                raise DataError(
+                    f"{file}: no {where!r} (expected {_what(inner)}); it was not written by "
+                    "ragbench, or was changed since"
+                )
+    elif isinstance(shape, list):
+        if not isinstance(value, list):
+            raise _wrong(file, key, shape, value)
+        for number, item in enumerate(value):
+            _check(file, item, shape[0], f"{key}[{number}]")
+    elif not _is(value, shape if isinstance(shape, tuple) else (shape,)):
+        raise _wrong(file, key, shape, value)
+
+
+def _wrong(file: Path, key: str, shape: Any, value: Any) -> DataError:
+    where = f"{key!r}" if key else "the file"
+    return DataError(f"{file}: {where} is {_found(value)}, expected {_what(shape)}")
+
+
+def read_json(path: Path, shape: Any, what: str) -> Any:
+    """A JSON file ragbench wrote (a ``what``: a manifest, a selection, a collection's
+    documents), checked to have ``shape``; ``DataError`` naming the file and the key when it is
+    unreadable or holds something else. A shape is a type (``float``: any number), a tuple of
+    types, ``[shape]`` (a list of it) or ``{key: shape}`` (an object; ``key?``: optional,
+    ``*``: every key)."""
     try:
-        return pd.read_parquet(path)
-    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path}: not a readable {what} ({exc})") from None
+    _check(path, value, shape)
+    return value
+
+
+def _column_problem(column: pd.Series, kind: type) -> str | None:
+    """What is wrong with the values of ``column`` for ``kind`` (strings may be null), or
+    None."""
+    if kind in (dict, list):
+        for row, text in enumerate(column):
+            try:
+                value = json.loads(text) if isinstance(text, str) else text
+            except json.JSONDecodeError:
+                value = text
+            if not isinstance(value, kind):
+                shown = repr(text) if len(repr(text)) <= 40 else repr(text)[:37] + "..."
+                return f"row {row + 1} holds {shown}, expected text holding {_NAMES[kind]}"
+        return None
+    if kind is str:
+        ok = pd.api.types.is_string_dtype(column) or all(
+            isinstance(v, str) for v in column.dropna()
+        )
+    elif kind is int:
+        ok = pd.api.types.is_integer_dtype(column)
+    else:
+        ok = pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
+    return None if ok else f"holds {column.dtype} values, expected {_plural(kind)}"
+
+
+def _read_parquet(path: Path, table: str) -> pd.DataFrame:
+    """A table of the run directory with the columns of ``table`` (``_COLUMNS``); ``DataError``
+    naming it when it cannot be read or lacks one."""
+    try:
+        frame = pd.read_parquet(path)
+    except (OSError, ValueError, pa.ArrowException) as exc:  # ArrowInvalid is a ValueError
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        reason = reason.replace(f"Could not open Parquet input source '{path}': ", "")
         raise DataError(f"{path}: not a readable parquet table ({reason})") from None
+    expected = _COLUMNS[table]
+    if not frame.columns.size:  # a table written with no rows nor columns (no trial had any)
+        return pd.DataFrame(columns=[c for c in expected if not c.endswith("?")])
+    for name, kind in expected.items():
+        column = name.removesuffix("?")
+        if column not in frame.columns:
+            if name.endswith("?"):
+                continue
+            found = ", ".join(map(str, frame.columns[:6])) + (", ..." if frame.shape[1] > 6 else "")
+            holds = ", ".join(c.removesuffix("?") for c in expected)
+            raise DataError(
+                f"{path}: no column {column!r} (a ragbench {table} table holds {holds}); "
+                f"found {found or 'no columns'}"
+            )
+        problem = _column_problem(frame[column], kind)
+        if problem is not None:
+            raise DataError(f"{path}: column {column!r} {problem}")
+    return frame
+
+
+def _started_run(path: Path) -> bool:
+    """Whether ``path`` holds a run an older ragbench started (before run directories were
+    marked): a manifest with the run's config and dataset fingerprint."""
+    try:
+        manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(manifest, dict) and {"config", "dataset_fingerprint"} <= set(manifest)
 
 
 class RunStore:
@@ -206,12 +415,7 @@ class RunStore:
         when it cannot be read)."""
         if not self.exists():
             raise DataError(f"{self.path}: not a ragbench run directory (no manifest.json)")
-        try:
-            manifest = json.loads(self.manifest_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise DataError(f"{self.manifest_path}: not a readable manifest ({exc})") from None
-        if not isinstance(manifest, dict):
-            raise DataError(f"{self.manifest_path}: not a readable manifest (not a JSON object)")
+        manifest: dict[str, Any] = read_json(self.manifest_path, _MANIFEST, "manifest")
         return manifest
 
     @contextmanager
@@ -221,10 +425,7 @@ class RunStore:
         process holds it. A run directory it made that is still empty when an error ends the
         hold is removed: refused input leaves nothing behind."""
         made = not self.path.exists()
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise write_failure(self.path, "creating the run directory", exc) from None
+        claim(self.path, "--out", "run directory", earlier=_started_run)
         lock = FileLock(self.path / ".lock")
         try:
             lock.acquire(timeout=0)
@@ -233,11 +434,16 @@ class RunStore:
                 f"{self.path}: another ragbench run holds this run directory; wait for it to "
                 "finish or pass another --out"
             ) from None
+        except OSError as exc:  # a folder in its place, or no permission
+            raise DataError(
+                f"{self.path / '.lock'}: cannot lock the run directory with it "
+                f"({exc.strerror or exc}); remove it if no run is writing here"
+            ) from None
         try:
             yield
         except BaseException:
             lock.release()
-            if made and [p.name for p in self.path.iterdir()] == [".lock"]:
+            if made and {p.name for p in self.path.iterdir()} <= {".lock", MARKER}:
                 shutil.rmtree(self.path, ignore_errors=True)
             raise
         lock.release()
@@ -267,16 +473,37 @@ class RunStore:
         path = self.path / "selection.json"
         if not path.is_file():
             return None
-        try:
-            summary = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise DataError(f"{path}: not a readable selection ({exc})") from None
-        return summary, _read_parquet(self.path / "selection_per_query.parquet")
+        mode = read_json(path, {"mode": str}, "selection")["mode"]
+        if mode not in _SELECTION:
+            raise DataError(f"{path}: 'mode' is {mode!r}, expected one of {', '.join(_SELECTION)}")
+        common = {"baseline": (str, _NULL), "report_queries": int}
+        summary: dict[str, Any] = read_json(path, {**common, **_SELECTION[mode]}, "selection")
+        return summary, self._required("selection_per_query")
 
     def trials(self) -> pd.DataFrame:
-        """Finished trials (empty frame when none)."""
+        """Finished trials (empty frame when none), with a column per metric the run
+        evaluated."""
         path = self.path / "trials.parquet"
-        return _read_parquet(path) if path.is_file() else pd.DataFrame()
+        if not path.is_file():
+            return pd.DataFrame()
+        trials = _read_parquet(path, "trials")
+        if self.exists() and (trials["status"] == "ok").any():  # finished trials' means
+            for metric in self.metrics():
+                found = trials.get(metric)
+                problem = "is missing" if found is None else _column_problem(found, float)
+                if problem is not None:
+                    raise DataError(f"{path}: column {metric!r} (an evaluated metric) {problem}")
+        return trials
+
+    def queries(self) -> pd.DataFrame:
+        """The evaluated queries: query_id, text, qrels and evidence (JSON), reference answer
+        and how the label was made (``method``) where known."""
+        return self._required("queries")
+
+    def top(self, trial_id: str) -> pd.DataFrame:
+        """A trial's top chunks per query (``runs/<trial>.top.parquet``): query_id, rank,
+        chunk_id, doc_id, start, end, score and an excerpt (``text``)."""
+        return self._required("top", f"runs/{trial_id}.top.parquet")
 
     def per_query(self) -> pd.DataFrame:
         """Per-query values of finished trials."""
@@ -293,8 +520,15 @@ class RunStore:
 
     def _table(self, name: str, columns: list[str]) -> pd.DataFrame:
         path = self.path / f"{name}.parquet"
-        frame = _read_parquet(path) if path.is_file() else pd.DataFrame()
+        frame = _read_parquet(path, name) if path.is_file() else pd.DataFrame()
         return frame if frame.columns.size else pd.DataFrame(columns=columns)
+
+    def _required(self, table: str, name: str | None = None) -> pd.DataFrame:
+        """A table every run directory holds (``name``, default ``<table>.parquet``)."""
+        path = self.path / (name or f"{table}.parquet")
+        if not path.is_file():
+            raise DataError(f"{path}: missing; the run directory is incomplete")
+        return _read_parquet(path, table)
 
     def _append(self, name: str, keep: set[str], frames: list[pd.DataFrame]) -> None:
         """Rewrite ``<name>.parquet`` with the rows of ``keep`` trials plus ``frames``."""

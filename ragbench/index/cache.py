@@ -1,6 +1,8 @@
 """Content-addressed, on-disk caches shared by processes and sessions.
 
-Two stores live under one root (``RAGBENCH_CACHE``, default ``~/.cache/ragbench``):
+Two stores live under one root (``RAGBENCH_CACHE``, default ``~/.cache/ragbench``; a file there
+is a ``ConfigError``), beside the LLM calls (``ragbench.llm.cache``, area ``llm``: ``info`` and
+``clear`` count and clear them too):
 
 * ``ArtifactCache`` keeps one directory per (stage, key) — chunks, indexes, rankings. A directory
   is built under a temporary name and renamed into place, so a reader never sees a partial
@@ -17,7 +19,9 @@ Two stores live under one root (``RAGBENCH_CACHE``, default ``~/.cache/ragbench`
   removed, never served (its texts are embedded again). ``CachedEmbedder`` wraps any embedder.
 
 A build killed mid-way leaves a ``.tmp-*`` entry; the next ``StageCache`` removes those no live
-process holds a lock on, and ``info`` never counts them.
+process holds a lock on, and ``info`` never counts them. A file where the caches make a folder,
+or a folder where they take a lock file, is damage too: logged and removed. ``seal`` and
+``seal_damage`` give the artifacts' checksums to a folder kept elsewhere (a saved collection).
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from typing import Any, BinaryIO, TypeVar, cast
 
 import numpy as np
 
-from ragbench.errors import writable_folder
+from ragbench.errors import nearest_folder, writable_folder
+from ragbench.llm.cache import LLM_AREA, LLMCache
 from ragbench.protocols import Embedder, Role
 
 __all__ = [
@@ -49,6 +54,8 @@ __all__ = [
     "EmbeddingCache",
     "StageCache",
     "default_cache_root",
+    "seal",
+    "seal_damage",
     "writable_cache_root",
 ]
 
@@ -65,9 +72,12 @@ _STALE_AFTER = 600.0  # seconds after which an unlocked temporary file is a kill
 
 
 def default_cache_root() -> Path:
-    """``$RAGBENCH_CACHE`` or ``~/.cache/ragbench``."""
+    """``$RAGBENCH_CACHE`` or ``~/.cache/ragbench``: ``ConfigError`` naming the variable when
+    it is a file or a path under one, so no command reads an empty cache in its place."""
     env = os.environ.get("RAGBENCH_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "ragbench"
+    root = Path(env).expanduser() if env else Path.home() / ".cache" / "ragbench"
+    nearest_folder(root, "RAGBENCH_CACHE" if env else "cache root")
+    return root
 
 
 def writable_cache_root(root: str | Path | None = None) -> Path:
@@ -80,9 +90,32 @@ def writable_cache_root(root: str | Path | None = None) -> Path:
     return writable_folder(default_cache_root(), name)
 
 
+def _make_folder(path: Path, root: Path) -> None:
+    """Make the folder ``path`` under the cache ``root``; a file standing where one of its
+    folders goes is damage of the cache: logged and removed."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        return
+    except (FileExistsError, NotADirectoryError):
+        pass
+    node = path
+    while node != root and node.parent != node:
+        if node.exists() and not node.is_dir():
+            log.warning("cache: %s is a file where a folder belongs; removing it", node)
+            node.unlink()
+            break
+        node = node.parent
+    path.mkdir(parents=True, exist_ok=True)
+
+
 @contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _file_lock(path: Path, root: Path) -> Iterator[None]:
+    """Hold the lock file ``path`` under the cache ``root`` (a folder in its place, which no
+    live process can be locking, is removed)."""
+    _make_folder(path.parent, root)
+    if path.is_dir() and not path.is_symlink():
+        log.warning("cache: %s is a folder where a lock file belongs; removing it", path)
+        shutil.rmtree(path, ignore_errors=True)
     with path.open("a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
@@ -162,25 +195,27 @@ class _Corrupt(Exception):
     """A cache entry whose files do not match its recorded checksums."""
 
 
-def _check_files(files: Mapping[str, Path], expected: Any, deep: bool) -> None:
+def _check_files(
+    files: Mapping[str, Path], expected: Any, deep: bool, recorded: str = _META
+) -> None:
     """Raise ``_Corrupt`` unless ``files`` (name → path) are exactly the ``expected`` ones
-    (name → [size, sha256]); sizes only unless ``deep``."""
+    (name → [size, sha256], read from the file ``recorded``); sizes only unless ``deep``."""
     if not isinstance(expected, dict):
-        raise _Corrupt("no checksums recorded")
+        raise _Corrupt(f"{recorded}: no checksums recorded")
     for name in sorted(set(expected) | set(files)):
         if name not in files:
-            raise _Corrupt(f"{name} is missing")
+            raise _Corrupt(f"{name}: missing")
         if name not in expected:
-            raise _Corrupt(f"unexpected file {name}")
+            raise _Corrupt(f"{name}: a file no checksum was recorded for")
         entry = expected[name]
         if not (isinstance(entry, list) and len(entry) == 2):
-            raise _Corrupt(f"malformed checksum of {name}")
+            raise _Corrupt(f"{recorded}: malformed checksum of {name}")
         size, digest = entry
         actual = files[name].stat().st_size
         if actual != size:
-            raise _Corrupt(f"{name} has {actual} bytes, expected {size}")
+            raise _Corrupt(f"{name}: {actual} bytes, expected {size}")
         if deep and _fingerprint(files[name])[1] != digest:
-            raise _Corrupt(f"{name} does not match its checksum")
+            raise _Corrupt(f"{name}: does not match its checksum")
 
 
 def _write_meta(directory: Path, extra: Mapping[str, Any]) -> None:
@@ -199,15 +234,34 @@ def _read_meta(directory: Path) -> dict[str, Any]:
     try:
         meta = json.loads((directory / _META).read_text("utf-8"))
     except FileNotFoundError:
-        raise _Corrupt(f"no {_META}") from None
+        raise _Corrupt(f"{_META}: missing") from None
     except (OSError, ValueError) as exc:
-        raise _Corrupt(f"unreadable {_META}: {exc}") from None
+        raise _Corrupt(f"{_META}: unreadable ({exc})") from None
     if not isinstance(meta, dict) or "sha256" not in meta:
-        raise _Corrupt(f"{_META} holds no checksums")
+        raise _Corrupt(f"{_META}: holds no checksums")
     body = {k: v for k, v in meta.items() if k != "sha256"}
     if meta["sha256"] != _json_digest(body):
-        raise _Corrupt(f"{_META} does not match its checksum")
+        raise _Corrupt(f"{_META}: does not match its checksum")
     return body
+
+
+def seal(directory: Path) -> None:
+    """Record the size and SHA-256 of every file under ``directory`` in its ``meta.json``, so
+    that a reader can tell (``seal_damage``) whether any of them changed since."""
+    _write_meta(directory, {})
+
+
+def seal_damage(directory: Path) -> str | None:
+    """The file under a sealed ``directory`` that no longer matches its ``meta.json`` (changed,
+    missing or added) and how, as ``<path>: <how>``; None when all match or it was never
+    sealed."""
+    if not (directory / _META).is_file():
+        return None
+    try:
+        _verify(directory)
+    except _Corrupt as exc:
+        return f"{directory}/{exc}"
+    return None
 
 
 def _verify(directory: Path, deep: bool = True) -> dict[str, Any]:
@@ -271,7 +325,7 @@ class ArtifactCache:
         path = self.path(stage, key)
         with contextlib.suppress(_Corrupt):
             return _read_meta(path) if path.exists() else None
-        with _file_lock(self._lock(path)):
+        with _file_lock(self._lock(path), self.root):
             try:
                 return _read_meta(path) if path.exists() else None
             except _Corrupt as exc:  # still damaged under the lock: no builder is replacing it
@@ -290,7 +344,7 @@ class ArtifactCache:
         final = self.path(stage, key)
         if final.exists() and self._intact(final):
             return final, True
-        with _file_lock(self._lock(final)):
+        with _file_lock(self._lock(final), self.root):
             if final.exists():
                 try:
                     _verify(final)
@@ -312,7 +366,7 @@ class ArtifactCache:
     def remove(self, stage: str, key: str) -> None:
         """Delete an artifact (under its lock; a missing one is fine)."""
         final = self.path(stage, key)
-        with _file_lock(self._lock(final)):
+        with _file_lock(self._lock(final), self.root):
             _remove(final)
 
     @staticmethod
@@ -349,11 +403,16 @@ class ArtifactCache:
         return removed
 
     def info(self) -> CacheInfo:
-        """Entry counts and sizes per area (builds in progress are not entries)."""
+        """Entry counts and sizes per area (builds in progress are not entries; the LLM
+        cache's entries are its calls)."""
         entries: dict[str, int] = {}
         sizes: dict[str, int] = {}
         if self.root.is_dir():
             for area in sorted(p for p in self.root.iterdir() if p.is_dir()):
+                if area.name == LLM_AREA:
+                    calls = LLMCache(self.root)
+                    entries[area.name], sizes[area.name] = len(calls), calls.size()
+                    continue
                 if area.name == "embeddings":
                     items = list(area.glob(f"*/*/*{_SUMS}"))
                 else:
@@ -364,15 +423,16 @@ class ArtifactCache:
         return CacheInfo(self.root, entries, sizes)
 
     def clear(self, older_than_seconds: float | None = None) -> int:
-        """Delete artifacts (all, or those unmodified for ``older_than_seconds``) and stale
-        temporary ones; returns the count of artifacts deleted."""
+        """Delete artifacts and LLM calls (all, or those unmodified for
+        ``older_than_seconds``) and stale temporary files; returns the count of entries
+        deleted."""
         if not self.root.is_dir():
             return 0
         self.clean_stale()
         cutoff = time.time() - older_than_seconds if older_than_seconds is not None else None
-        removed = 0
+        removed = LLMCache(self.root).clear(older_than_seconds)
         for item in self.root.glob("*/*/*"):
-            if item.name.startswith(_TMP) or not item.is_dir():
+            if item.name.startswith(_TMP) or not _entry(item, self.root):
                 continue
             if cutoff is not None and item.stat().st_mtime >= cutoff:
                 continue
@@ -380,6 +440,20 @@ class ArtifactCache:
             item.with_name(item.name + ".lock").unlink(missing_ok=True)
             removed += 1
         return removed
+
+
+def _entry(item: Path, root: Path) -> bool:
+    """Whether the folder ``item`` (``<area>/<shard>/<key>`` under ``root``) is an entry the
+    cache wrote: an artifact (it holds ``meta.json``), a namespace's embedding shards, or a
+    model training wrote (``training.json``). Anything else under the root stays."""
+    if not item.is_dir() or item.is_symlink():
+        return False
+    if (item / _META).is_file():
+        return True
+    area = item.parent.parent
+    if area == root / "embeddings":
+        return all(f.name.endswith((".npy", ".json", ".lock")) for f in item.iterdir())
+    return area == root / "training" and (item / "training.json").is_file()
 
 
 @dataclass
@@ -493,8 +567,8 @@ class EmbeddingCache:
             try:
                 sums = json.loads((ns / f"{shard}{_SUMS}").read_text("utf-8"))
             except (OSError, ValueError) as exc:
-                raise _Corrupt(f"unreadable checksums: {exc}") from None
-            _check_files(self._files(ns, shard), sums, deep=True)
+                raise _Corrupt(f"{shard}{_SUMS}: unreadable ({exc})") from None
+            _check_files(self._files(ns, shard), sums, deep=True, recorded=f"{shard}{_SUMS}")
         except _Corrupt as exc:
             if not (ns / f"{shard}{_SUMS}").exists():
                 return False  # merged into another shard meanwhile (``compact``)
@@ -550,7 +624,7 @@ class EmbeddingCache:
         if not keys:
             return
         ns = self.namespace(identity, role)
-        ns.mkdir(parents=True, exist_ok=True)
+        _make_folder(ns, self.root.parent)
         self._write_shard(ns, keys, vectors)
         if len(self._shards(ns)) > _COMPACT_AFTER:
             self.compact(identity, role)
@@ -570,7 +644,7 @@ class EmbeddingCache:
     def compact(self, identity: str, role: Role) -> None:
         """Merge a namespace's shards into one (readers keep working on their memory maps)."""
         ns = self.namespace(identity, role)
-        with _file_lock(ns / ".compact.lock"):
+        with _file_lock(ns / ".compact.lock", self.root):
             old = self._shards(ns)
             if len(old) <= 1:
                 return

@@ -21,11 +21,15 @@ step ``s`` is seeded by ``(seed, s)``, so a run resumed from its checkpoint (wri
 ``CHECKPOINT_SECONDS`` into its work folder) goes on as if it had not stopped.
 
 The trained model directory holds ``training.json``: where the pairs came from, their count,
-the settings, the loss per step, wall seconds and the peak resident memory of the process.
+a digest of each training query's text (``query_digest``: a run then tells whether it evaluates
+a query the model trained on, ``trained_on``), the settings, the loss per step, wall seconds
+and the peak resident memory of the process. ``planned_steps`` counts the steps training will
+take before any model loads, with the schedule ``train`` follows (``training_steps``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -42,7 +46,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from ragbench import progress
-from ragbench.errors import RagbenchError
+from ragbench.errors import DataError, RagbenchError
 from ragbench.models import hub_offline, resolve_model
 from ragbench.registry import ConfigModel
 
@@ -54,11 +58,16 @@ __all__ = [
     "Family",
     "FinetuneConfig",
     "FinetuneError",
+    "TrainedOn",
     "Tunable",
     "TunedModel",
     "mine_negatives",
+    "planned_steps",
+    "query_digest",
     "teacher_margins",
     "train",
+    "trained_on",
+    "training_steps",
 ]
 
 log = logging.getLogger(__name__)
@@ -171,6 +180,55 @@ class TunedModel:
         return found
 
 
+def query_digest(text: str) -> str:
+    """A short digest of a query's text, the same for texts that differ only in case and
+    whitespace: what ``training.json`` keeps of each training query."""
+    words = " ".join(text.split()).casefold()
+    return hashlib.sha256(words.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class TrainedOn:
+    """What a trained model's ``training.json`` (``record``) says of the queries it trained
+    on: their digests (``query_digest``), or — in a record written before they were kept —
+    only where its pairs came from (``source``)."""
+
+    record: Path
+    source: str
+    digests: frozenset[str] | None
+
+    def shared(self, texts: Sequence[str], split_source: str) -> int:
+        """How many of ``texts`` the model trained on. Without digests, all of them when its
+        pairs came from ``split_source`` (how ``split_pairs`` names the split the texts are
+        from), else none."""
+        if self.digests is None:
+            return len(texts) if self.source == split_source else 0
+        return sum(query_digest(t) in self.digests for t in texts)
+
+
+def trained_on(model: str) -> TrainedOn | None:
+    """What the model ``model`` (a name or path, as a config gives it) trained on, when it is
+    a folder ``train`` wrote (one with a ``training.json``); None for any other model. A
+    ``training.json`` that is not such a record is a ``DataError`` naming it."""
+    record = Path(resolve_model(model)).expanduser() / "training.json"
+    if not record.is_file():
+        return None
+    try:
+        found = json.loads(record.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{record}: not a readable training record ({exc})") from None
+    digests = found.get("query_digests") if isinstance(found, dict) else None
+    source = found.get("pairs") if isinstance(found, dict) else None
+    if not isinstance(source, str) or not (
+        digests is None or (isinstance(digests, list) and all(isinstance(d, str) for d in digests))
+    ):
+        raise DataError(
+            f"{record}: expected a training record with 'pairs' (a string) and "
+            "'query_digests' (a list of strings)"
+        )
+    return TrainedOn(record, source, None if digests is None else frozenset(digests))
+
+
 def mine_negatives(
     pairs: TrainingPairs,
     how: Literal["bm25", "model", "none"],
@@ -210,10 +268,52 @@ def mine_negatives(
     return [found[query_id] for query_id in pairs.query_ids]
 
 
-def _batches(rows: Sequence[_Row], batch_size: int, epochs: int, seed: int) -> list[list[int]]:
-    """Rows per step over all epochs: each epoch a seeded shuffle cut into batches in which no
-    query and no positive passage appears twice (a row that would repeat one waits for the
-    next batch): another row's positive is a negative, so it must not be this row's."""
+def training_steps(
+    loss: str, pairs: TrainingPairs, negatives: Sequence[int], config: FinetuneConfig
+) -> list[list[int]]:
+    """The rows of each step ``train`` takes: a row per pair, or for ``margin_mse`` a row per
+    (pair, hard negative) — ``negatives`` counts each pair's — in that order (``_rows``), cut
+    into batches over ``config.epochs`` (``_batches``)."""
+    split = loss == "margin_mse"
+    rows = [
+        (query_id, positive)
+        for query_id, positive, count in zip(
+            pairs.query_ids, pairs.positives, negatives, strict=True
+        )
+        for _ in range(count if split else 1)
+    ]
+    return _batches(rows, config.batch_size, config.epochs, config.seed)
+
+
+def planned_steps(family: Family, pairs: TrainingPairs, config: FinetuneConfig) -> int:
+    """The steps ``train`` takes on ``pairs`` (0 when it would refuse them), counted before any
+    model loads: BM25's hard negatives are mined now; the base model ranks every pool passage,
+    so each pair gets ``n_negatives`` of those cut from no document its query has as positive,
+    or all there are."""
+    if len(pairs) < 2:
+        return 0
+    n = config.n_negatives if config.negatives != "none" else 0
+    if config.negatives == "model" and n:
+        relevant: dict[str, set[str]] = {}
+        for query_id, doc_id in zip(pairs.query_ids, pairs.positive_ids, strict=True):
+            relevant.setdefault(query_id, set()).add(doc_id)
+        owners = Counter(pairs.owner(i) for i in pairs.passages)
+        counts = [
+            min(n, len(pairs.passages) - sum(owners[d] for d in relevant[query_id]))
+            for query_id in pairs.query_ids
+        ]
+    else:
+        counts = [len(found) for found in mine_negatives(pairs, config.negatives, n)]
+    return len(training_steps(config.loss_for(family), pairs, counts, config))
+
+
+def _batches(
+    rows: Sequence[tuple[str, str]], batch_size: int, epochs: int, seed: int
+) -> list[list[int]]:
+    """Rows (query id, positive passage) per step over all epochs: each epoch a seeded shuffle
+    cut into batches in which no query and no positive passage appears twice (a row that would
+    repeat one waits for the next batch): another row's positive is a negative, so it must not
+    be this row's."""
     rng = np.random.default_rng(seed)
     steps: list[list[int]] = []
     for _ in range(epochs):
@@ -223,7 +323,8 @@ def _batches(rows: Sequence[_Row], batch_size: int, epochs: int, seed: int) -> l
             seen: set[tuple[str, str]] = set()
             left: list[int] = []
             for row in waiting:
-                marks = {("q", rows[row].query_id), ("p", rows[row].positive)}
+                query_id, positive = rows[row]
+                marks = {("q", query_id), ("p", positive)}
                 if len(batch) < batch_size and not marks & seen:
                     batch.append(row)
                     seen |= marks
@@ -359,16 +460,40 @@ def _checkpoint(work: Path, model: Any, optimizer: Any, scheduler: Any, run: _Ru
 
 
 def _resume(work: Path, model: Any, optimizer: Any, scheduler: Any) -> _Run:
+    """The run a checkpoint in ``work`` holds, its state loaded into the model, optimizer and
+    scheduler; a fresh run when there is none, or when it is damaged or another model's (it is
+    logged and removed: the checkpoint is only a cache of the training so far)."""
+    import pickle
+
     import torch
 
     path = work / "checkpoint.pt"
     if not path.exists():
         return _Run(losses=[])
-    state = torch.load(path, weights_only=False)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    run = _Run(**state["run"])
+    try:
+        state = torch.load(path, weights_only=False)
+        run = _Run(**state["run"])
+        shapes = {name: tuple(value.shape) for name, value in model.state_dict().items()}
+        if {name: tuple(value.shape) for name, value in state["model"].items()} != shapes:
+            raise ValueError("its weights are not this model's")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+    except (
+        OSError,
+        EOFError,
+        RuntimeError,
+        ValueError,
+        LookupError,
+        TypeError,
+        pickle.UnpicklingError,
+    ) as exc:
+        log.warning("training checkpoint %s is unreadable (%s); training starts again", path, exc)
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+        return _Run(losses=[])
     log.info("training resumes at step %d from %s", run.step, path)
     return run
 
@@ -413,6 +538,9 @@ def train(
             f"finetune: {loss} needs hard negatives and {pairs.source} has none (every pool "
             "passage is cut from a positive's document); use loss: mnrl with negatives: none"
         )
+    if work.exists() and not work.is_dir():  # damage in the cache: the checkpoints' place
+        log.warning("training: %s is a file where its checkpoints belong; removing it", work)
+        work.unlink()
     work.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(config.seed)
     model = _load(family, base, config.max_seq_length)
@@ -422,7 +550,7 @@ def train(
         else [[] for _ in negatives]
     )
     rows = _rows(pairs, negatives, margins, split=loss == "margin_mse")
-    steps = _batches(rows, config.batch_size, config.epochs, config.seed)
+    steps = training_steps(loss, pairs, [len(found) for found in negatives], config)
     if not steps:
         raise FinetuneError(f"finetune: {pairs.source} gives no batch of two distinct pairs")
     objective = _objective(loss, model)
@@ -442,6 +570,7 @@ def train(
         "pairs": pairs.source,
         "n_pairs": len(pairs),
         "pairs_key": pairs.key,
+        "query_digests": sorted({query_digest(text) for text in pairs.queries}),
         "settings": config.model_dump(mode="json"),
         "loss": loss,
         "steps": len(steps),

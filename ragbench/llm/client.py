@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -116,6 +117,11 @@ def _without_authorization(request: Any) -> None:
     request.headers.pop("Authorization", None)
 
 
+log = logging.getLogger(__name__)
+
+_CHAT_REPLY = {"text": str, "prompt_tokens": int, "completion_tokens": int}
+_EMBEDDINGS_REPLY = {"vectors": list, "prompt_tokens": int}
+
 _ResponseFormat = Callable[[Mapping[str, Any]], dict[str, Any]]
 
 _FORMATS: tuple[_ResponseFormat, ...] = (
@@ -201,6 +207,17 @@ class LLMClient:
                 )
             return self._client
 
+    def _cached(self, key: str, shape: Mapping[str, type]) -> dict[str, Any] | None:
+        """The cached reply under ``key`` when its fields have the types of ``shape``; one of
+        another shape is damage of the cache, logged and asked again."""
+        found = self.cache.get(key) if self.cache is not None else None
+        if found is None:
+            return None
+        if all(type(found.get(name)) is kind for name, kind in shape.items()):
+            return found
+        log.warning("LLM cache: the reply under %s is damaged; asking again", key[:12])
+        return None
+
     def _key(self, kind: str, payload: Mapping[str, Any]) -> str:
         identity = {"kind": kind, "url": self.url, **payload}
         text = json.dumps(identity, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
@@ -226,7 +243,7 @@ class LLMClient:
         }
         request = {k: v for k, v in request.items() if v is not None}
         key = self._key("chat", request | ({"schema": schema} if schema is not None else {}))
-        found = self.cache.get(key) if self.cache is not None else None
+        found = self._cached(key, _CHAT_REPLY)
         if found is not None:  # the seconds it took when it was made
             completion = Completion(
                 found["text"],
@@ -337,7 +354,7 @@ class LLMClient:
         for start in range(0, len(texts), batch_size):
             batch = list(texts[start : start + batch_size])
             key = self._key("embeddings", {"model": self.config.model, "input": batch})
-            found = self.cache.get(key) if self.cache is not None else None
+            found = self._cached(key, _EMBEDDINGS_REPLY)
             if found is None:
                 try:
                     response = self.client.embeddings.create(model=self.config.model, input=batch)

@@ -48,6 +48,7 @@ from ragbench.evaluate.significance import bootstrap_means
 from ragbench.experiment.config import ExperimentConfig, load_config
 from ragbench.experiment.runner import run
 from ragbench.experiment.store import RunStore
+from ragbench.owned import claim
 from ragbench.report.confidence import PickConfidence, pick_confidence, tie_text
 from ragbench.report.tables import markdown_table
 
@@ -576,7 +577,12 @@ def run_agreement(
             raise ConfigError(f"--metric {metric!r}: the config evaluates {', '.join(evaluated)}")
     for dataset in (real, synthetic):  # before the first sweep: a bad second set fails now
         dataset_format(resolve_dataset(dataset), None)
-    root = Path(out) if out is not None else Path("runs") / f"agreement-{cfg.name}"
+    root = claim(
+        Path(out) if out is not None else Path("runs") / f"agreement-{cfg.name}",
+        "--out",
+        "two runs of agreement",
+        earlier=lambda folder: all(entry.name in SETS for entry in folder.iterdir()),
+    )
     for name, dataset in zip(SETS, (real, synthetic), strict=True):
         target = root / name
         run(

@@ -10,6 +10,8 @@ import pandas as pd
 from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.metrics import best_first, parse_metric
 from ragbench.experiment.store import RunStore
+from ragbench.owned import claim
+from ragbench.report.evidence import lost
 from ragbench.report.tables import markdown_table, md_text
 
 __all__ = ["compare_folder", "compare_runs", "write_comparison"]
@@ -38,7 +40,8 @@ def compare_runs(
     run_dirs: Sequence[Path | str], metric: str | None = None
 ) -> tuple[pd.DataFrame, list[str]]:
     """All finished trials of ``run_dirs`` sorted best first by ``metric`` (default: the first
-    run's first metric), plus warnings when datasets, splits, depths or metric cutoffs differ.
+    run's first metric), plus warnings when datasets, splits, depths or metric cutoffs differ
+    and when a run is incomplete (trials it planned never ran, or failed).
 
     Raises ``ConfigError`` when no run evaluated ``metric`` and ``DataError`` when no run has
     a finished trial with it (naming the run directories)."""
@@ -73,6 +76,9 @@ def compare_runs(
     frames = []
     for run, manifest in manifests.items():
         trials = RunStore(run).trials()
+        missing = lost(manifest, trials) if "status" in trials.columns else None
+        if missing is not None:
+            warnings.append(f"{run} is incomplete: {missing}")
         if metric not in trials.columns:
             warnings.append(f"{run} has no {metric}; its trials are left out")
             continue
@@ -99,8 +105,7 @@ def write_comparison(
 ) -> dict[str, Path]:
     """Write ``compare.md`` (the warnings, then the table) and ``compare.csv`` (the table)
     into ``out``; returns the paths written by format."""
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = claim(out, "--out", "comparison")
     lines = ["# Comparison", ""]
     lines += [f"- warning: {md_text(w)}" for w in warnings] + ([""] if warnings else [])
     lines += [markdown_table(table, index=False), ""]

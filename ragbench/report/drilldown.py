@@ -23,7 +23,7 @@ def _top(
     path = run_dir / "runs" / f"{trial_id}.top.parquet"
     if not path.is_file():
         return {}
-    top = pd.read_parquet(path, columns=["query_id", "rank", "chunk_id", "score", "text"])
+    top = RunStore(run_dir).top(trial_id)
     top = top[(top["rank"] <= per_query) & top["query_id"].isin(query_ids)]
     return {
         qid: group.sort_values("rank")[["rank", "chunk_id", "score", "text"]].to_dict("records")
@@ -62,7 +62,7 @@ def drilldown(
     frame["delta"] = frame["b"] - frame["a"]
     frame = frame[frame["delta"] != 0]
     frame = frame.reindex(frame["delta"].abs().sort_values(ascending=False).index).head(n)
-    queries = pd.read_parquet(Path(run_dir) / "queries.parquet").set_index("query_id")
+    queries = store.queries().set_index("query_id")
     top_a = _top(Path(run_dir), trial_a, chunks, frame.index)
     top_b = _top(Path(run_dir), trial_b, chunks, frame.index)
     answers = store.answers().set_index(["trial_id", "query_id"])["answer"].to_dict()

@@ -34,6 +34,7 @@ from ragbench.errors import DataError
 from ragbench.experiment.runner import find_trial
 from ragbench.experiment.store import RunStore, write_failure
 from ragbench.index.cache import StageCache
+from ragbench.owned import writable_file
 from ragbench.retrieve.execution import Execution
 from ragbench.retrieve.graph import Env, compile_plan
 from ragbench.types import Chunk
@@ -49,13 +50,6 @@ class Exported:
     trial_id: str
     label: str
     rows: int
-
-
-def _table(store: RunStore, name: str) -> pd.DataFrame:
-    path = store.path / name
-    if not path.is_file():
-        raise DataError(f"{path}: missing; the run directory is incomplete")
-    return pd.read_parquet(path)
 
 
 def _dataset(store: RunStore, manifest: dict[str, Any]) -> LabeledSet:
@@ -80,7 +74,7 @@ def _contexts(
     if not answers.empty:
         pairs = zip(answers["query_id"], answers["chunk_ids"], strict=True)
         return {str(q): json.loads(ids) for q, ids in pairs}
-    top = _table(store, f"runs/{trial_id}.top.parquet")
+    top = store.top(trial_id)
     top = top[top["rank"] <= context_k].sort_values(["query_id", "rank"])
     return {str(q): list(group["chunk_id"]) for q, group in top.groupby("query_id")}
 
@@ -104,6 +98,7 @@ def export_ragas(
     ragas ``EvaluationDataset`` JSONL file (default ``<run>/ragas/<trial id>.jsonl``); see the
     module docstring for the fields. ``DataError`` naming the file when the run directory
     lacks what it needs or the dataset changed since the run."""
+    target = writable_file(out, "--out") if out is not None else None
     store = RunStore(run_dir)
     manifest = store.manifest()
     chosen = find_trial(store, trial)
@@ -117,7 +112,7 @@ def export_ragas(
     evaluation = manifest["evaluation"]
     used = _contexts(store, chosen.id, int(evaluation.get("context_k", 5)), answers)
     said = dict(zip(answers["query_id"], answers["answer"], strict=True))
-    queries = _table(store, "queries.parquet")
+    queries = store.queries()
     rows = []
     records: Iterable[Any] = queries.itertuples(index=False)  # named tuples of its columns
     for query in records:
@@ -142,7 +137,7 @@ def export_ragas(
         if reference is not None:
             row["reference"] = reference
         rows.append(json.dumps(row) + "\n")
-    path = Path(out) if out is not None else store.path / "ragas" / f"{chosen.id}.jsonl"
+    path = target or store.path / "ragas" / f"{chosen.id}.jsonl"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(rows), encoding="utf-8")

@@ -13,7 +13,7 @@ import pandas as pd
 import yaml
 
 from ragbench.evaluate.metrics import higher_is_better
-from ragbench.report.markdown import summary_lines
+from ragbench.report.markdown import caveat_lines, summary_lines, trials_text
 from ragbench.report.tables import short_labels
 
 if TYPE_CHECKING:
@@ -321,13 +321,16 @@ _SUMMARY_CLASSES = {
 
 def _summary(report: Report) -> str:
     """The summary's sentences and its list (the recommendation and the confidence in it
-    first, highlighted; a note on generated labels after them)."""
+    first, highlighted; what the evidence cannot carry and a note on generated labels after
+    them)."""
     lines = summary_lines(report)
+    caveats = set(caveat_lines(report))
     texts = "".join(f"<p>{inline_html(line)}</p>" for line in lines if not line.startswith("- "))
     items = []
     for line in lines:
         if line.startswith("- "):
             kind = next((c for s, c in _SUMMARY_CLASSES.items() if line.startswith(s)), None)
+            kind = "caveat" if line in caveats else kind
             opening = f"<li class='{kind}'>" if kind else "<li>"
             items.append(f"{opening}{inline_html(line[2:])}</li>")
     return f"{texts}<ul>{''.join(items)}</ul>"
@@ -345,7 +348,7 @@ def render_html(report: Report, images: dict[str, bytes]) -> str:
     meta = (
         f"Dataset <b>{_e(dataset['name'])}</b> ({_e(dataset['split'])}, "
         f"{dataset['documents']} documents), {manifest['queries']['count']} queries, "
-        f"{len(report.trials)} trials, level {_e(manifest['evaluation']['level'])}. "
+        f"{_e(trials_text(report))}, level {_e(manifest['evaluation']['level'])}. "
         f"Fingerprint <code>{_e(manifest['dataset_fingerprint'][:16])}</code>."
     )
     return f"""<!DOCTYPE html>

@@ -25,6 +25,7 @@ dozen queries (``benchmarks/bench_judged.py`` measures how wide).
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,12 +216,13 @@ class JudgingSession:
             )
         if self._next >= len(self.order) and self.judged < self.n:
             lines.append("the sample ran out: no other query of the runs is left to judge")
-        runs = " ".join(f"--run {run.store.path}" for run in self.judge.runs)
+        labels = shlex.quote(str(self.labels))
+        runs = " ".join(f"--run {shlex.quote(str(run.store.path))}" for run in self.judge.runs)
         lines.append(
             f"{self.judge.file.path}: {_queries(len(self.written))} written to split "
             f"{JUDGED_SPLIT!r} in this session. Evaluate them over the same corpus: ragbench "
-            f"run CONFIG --dataset {self.labels} --set dataset.split={JUDGED_SPLIT}; or see "
-            f"how far the generated labels agree: ragbench datasets judge {self.labels} {runs} "
+            f"run CONFIG --dataset {labels} --set dataset.split={JUDGED_SPLIT}; or see "
+            f"how far the generated labels agree: ragbench datasets judge {labels} {runs} "
             "--agreement"
         )
         return "\n".join(lines) + "\n"

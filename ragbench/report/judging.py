@@ -146,13 +146,13 @@ class _Run:
     @cached_property
     def queries(self) -> pd.DataFrame:
         """``queries.parquet`` indexed by query id."""
-        return pd.read_parquet(self.store.path / "queries.parquet").set_index("query_id")
+        return self.store.queries().set_index("query_id")
 
     def top(self, trial_id: str) -> pd.DataFrame:
         """The trial's top chunks (``runs/<trial>.top.parquet``; empty when missing)."""
         if trial_id not in self._top:
             path = self.store.path / "runs" / f"{trial_id}.top.parquet"
-            self._top[trial_id] = pd.read_parquet(path) if path.is_file() else pd.DataFrame()
+            self._top[trial_id] = self.store.top(trial_id) if path.is_file() else pd.DataFrame()
         return self._top[trial_id]
 
     def ranking(self, trial_id: str, query_id: str) -> list[str]:

@@ -20,29 +20,37 @@ if TYPE_CHECKING:
     from ragbench.report.report import Report
 
 __all__ = [
+    "answer_lines",
+    "caveat_lines",
     "confidence_line",
     "labels_line",
     "recommendation_line",
     "render_markdown",
     "summary_lines",
+    "trials_text",
 ]
 
 
 def summary_lines(report: Report) -> list[str]:
-    """Plain sentences: the baseline, the recommendation with the confidence in it and whether
-    the labels were generated, the best trial per metric with its difference, then redundant
-    trials, metrics the run skipped or the report could not test (and why) and unknown
-    costs."""
+    """Plain sentences: the baseline, the recommendation with the confidence in it, what the
+    evidence cannot carry (``caveat_lines``) and whether the labels were generated, the best
+    trial per metric with its difference, then redundant trials, metrics the run skipped or the
+    report could not test (and why) and unknown costs."""
     base = md_code(report.label(report.baseline))
     lines = [
         f"Baseline: {base}. Test: {report.test}, {report.correction} correction, "
         f"alpha {report.alpha}; ▲/▼ mark significant differences from the baseline.",
-        recommendation_line(report),
-        confidence_line(report),
-        *labels_line(report),
+        *_answer(report),
     ]
     stats = report.stats
+    inseparable = report.evidence.inseparable
     for metric in report.metrics:
+        if metric in inseparable:
+            why = inseparable[metric]
+            if metric == report.metric and report.evidence.withheld is not None:
+                why = "see No pick above"
+            lines.append(f"- **{md_text(metric)}**: cannot separate the trials: {why}.")
+            continue
         part = stats.loc[metric]
         best = best_index(part["mean"], metric)
         row = part.loc[best]
@@ -66,13 +74,37 @@ def summary_lines(report: Report) -> list[str]:
     return lines + _redundant(report) + _notes(report)
 
 
+def _answer(report: Report) -> list[str]:
+    """The recommendation, the confidence in it, the caveats and the labels' origin."""
+    return [
+        recommendation_line(report),
+        confidence_line(report),
+        *caveat_lines(report),
+        *labels_line(report),
+    ]
+
+
+def caveat_lines(report: Report) -> list[str]:
+    """One line per thing the run's evidence cannot carry (``Report.evidence``)."""
+    return [caveat.line() for caveat in report.evidence.caveats]
+
+
 def recommendation_line(report: Report) -> str:
     """One line: the best configuration on the primary metric, and the best whose p50 total
     latency is within the baseline's (or the latency budget); trials tied on the metric are
-    shown as a tie (``tie: A and B at 0.7312``), never as a silent pick."""
+    shown as a tie (``tie: A and B at 0.7312``), never as a silent pick. No configuration
+    when the queries cannot separate the trials; which trials it is among when some of the
+    planned ones did not finish."""
+    evidence = report.evidence
+    if evidence.withheld is not None:
+        return (
+            f"- **Recommendation**: none: these queries cannot separate the trials on "
+            f"{md_text(report.metric)} (see {evidence.withheld.title} below)."
+        )
     pick = report.recommendation()
     shown = _pick(report, pick.best, pick.tied, pick.then or report.metric)
-    line = f"- **Recommendation**: best overall {shown}"
+    among = f" ({evidence.among})" if evidence.among else ""
+    line = f"- **Recommendation**{among}: best overall {shown}"
     if pick.then is not None:
         first = float(report.stats.loc[report.metric]["mean"][pick.best])
         line += (
@@ -117,20 +149,32 @@ def _pick(report: Report, trial_id: str, tied: tuple[str, ...], metric: str | No
 
 def answer_lines(report: Report, collection: str = "default") -> list[str]:
     """What a terminal shows at the end of a sweep, as plain text: the recommendation, how
-    sure it is, whether the labels were generated, and the command that deploys the pick."""
-    lines = [recommendation_line(report), confidence_line(report), *labels_line(report)]
-    plain = [line.removeprefix("- ").replace("**", "").replace("`", "") for line in lines]
+    sure it is, what the evidence cannot carry, whether the labels were generated, and the
+    command that deploys the pick (none when there is no pick)."""
+    plain = [line.removeprefix("- ").replace("**", "").replace("`", "") for line in _answer(report)]
+    if report.evidence.withheld is not None:
+        return [*plain, "", "deploy:        none (no trial is recommended)"]
     return [*plain, "", f"deploy:        {report.deploy_command(collection)}"]
 
 
 def confidence_line(report: Report) -> str:
     """How sure the pick on the primary metric is: the trial best in most bootstrap
-    resamples of the queries, or the trials the queries cannot separate."""
-    found = report.confidence
-    return (
-        f"- **Confidence in the pick** ({md_text(report.metric)}): "
-        f"{found.line(lambda t: md_code(report.label(t)))}."
-    )
+    resamples of the queries, or the trials the queries cannot separate; among which trials,
+    when some of the planned ones did not finish. Nothing to be sure of without a pick or
+    with one trial."""
+    evidence = report.evidence
+    head = f"- **Confidence in the pick** ({md_text(report.metric)})"
+    if evidence.withheld is not None:
+        return f"{head}: none, there is no pick."
+    if evidence.finished == 1:
+        if evidence.planned == 1:
+            return f"{head}: the run has one trial, so there is no other to compare it with."
+        return (
+            f"{head}: only 1 of the {evidence.planned} planned trials finished, so there is no "
+            "other to compare it with."
+        )
+    among = f", {evidence.among}" if evidence.among else ""
+    return f"{head}: {report.confidence.line(lambda t: md_code(report.label(t)))}{among}."
 
 
 def labels_line(report: Report) -> list[str]:
@@ -232,7 +276,7 @@ def render_markdown(report: Report, images: list[str]) -> str:
         "",
         f"Dataset {md_code(dataset['name'])} ({md_text(dataset['split'])}, "
         f"{dataset['documents']} documents), {manifest['queries']['count']} queries, "
-        f"fingerprint {md_code(manifest['dataset_fingerprint'][:16])}, "
+        f"{trials_text(report)}, fingerprint {md_code(manifest['dataset_fingerprint'][:16])}, "
         f"level {md_text(manifest['evaluation']['level'])}.",
         "",
         "## Best trial per metric",
@@ -267,6 +311,14 @@ def render_markdown(report: Report, images: list[str]) -> str:
     config = yaml.safe_dump(manifest["config"], sort_keys=False)
     lines += ["## Config", "", md_fence(config, "yaml"), ""]
     return "\n".join(lines)
+
+
+def trials_text(report: Report) -> str:
+    """``6 trials``, or ``1 of 6 planned trials finished`` when some did not."""
+    evidence = report.evidence
+    if evidence.finished < evidence.planned:
+        return f"{evidence.finished} of {evidence.planned} planned trials finished"
+    return f"{evidence.finished} trial{'' if evidence.finished == 1 else 's'}"
 
 
 def _drilldown_lines(report: Report) -> list[str]:

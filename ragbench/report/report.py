@@ -5,8 +5,10 @@ difference is real, and what it costs in latency.
 directory"), tests every trial against the baseline per metric (paired test, multiple-comparison
 correction, bootstrap confidence intervals), and renders to a DataFrame, Markdown, LaTeX, CSV, PNG
 plots and one self-contained HTML file. Its recommendation reports trials tied on the primary
-metric as a tie, comes with the bootstrap confidence in the pick (``confidence``) and says when
-the labels were generated (``generated_labels``).
+metric as a tie, comes with the bootstrap confidence in the pick (``confidence``), says when
+the labels were generated (``generated_labels``) and what the evidence cannot carry
+(``evidence``: an incomplete run, queries that cannot separate the trials — then there is no
+pick —, models trained on evaluated queries, splits sharing queries).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import html
 import json
 import logging
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -34,9 +37,11 @@ from ragbench.evaluate.metrics import (
 from ragbench.evaluate.significance import bootstrap_ci, compare, compare_all
 from ragbench.experiment.config import trial_of
 from ragbench.experiment.store import RunStore
+from ragbench.owned import claim
 from ragbench.registry import redundancy
 from ragbench.report.confidence import PickConfidence, pick_confidence, tie_text
 from ragbench.report.drilldown import drilldown
+from ragbench.report.evidence import Evidence, assess, shared_text
 from ragbench.report.figures import VARYING, Plot, run_cache
 from ragbench.report.figures import images as figure_images
 from ragbench.report.grids import chunker_kinds, swept_parameters
@@ -335,9 +340,11 @@ class Report:
         )
 
     def deploy_command(self, collection: str = "default") -> str:
-        """The command that builds a searchable collection of the recommended trial."""
+        """The command that builds a searchable collection of the recommended trial, each word
+        quoted for a POSIX shell, so that it runs as pasted whatever the paths and names."""
         pick = self.recommendation().best
-        return f"ragbench ingest --from-run {self.run_dir} --trial {pick} --collection {collection}"
+        words = ["--from-run", str(self.run_dir), "--trial", pick, "--collection", collection]
+        return shlex.join(["ragbench", "ingest", *words])
 
     @cached_property
     def confidence(self) -> PickConfidence:
@@ -350,6 +357,13 @@ class Report:
         return pick_confidence(values, self.metric, labels, n_resamples=self.n_resamples)
 
     @cached_property
+    def evidence(self) -> Evidence:
+        """What the run's evidence cannot carry (``report.evidence``): trials that never ran
+        or failed, queries that cannot separate the trials (then no trial is recommended),
+        models trained on evaluated queries, selection and report splits sharing queries."""
+        return assess(self)
+
+    @cached_property
     def generated_labels(self) -> dict[str, int]:
         """How many of the run's queries have generated labels, per generator method (the
         ``method`` column of ``queries.parquet``, from each query's metadata); empty for
@@ -357,7 +371,7 @@ class Report:
         path = self.store.path / "queries.parquet"
         if not path.is_file():
             return {}
-        queries = pd.read_parquet(path)
+        queries = self.store.queries()
         if "method" not in queries.columns:
             return {}
         counts = queries["method"].dropna().astype(str).value_counts(sort=False)
@@ -549,12 +563,14 @@ class Report:
                 f"{summary['report_queries']} queries of split {summary['split']!r}: each "
                 "query is scored by the trial that was best on the other folds."
             )
-        return (
+        note = (
             f"Selected on split {summary['select_on']!r}, then evaluated once on split "
             f"{summary['report_on']!r} ({summary['report_queries']} queries); p: paired "
             "permutation test against the baseline there; delta_ci: 95% bootstrap interval of "
             "the paired difference; ci: of the chosen trial's mean."
         )
+        shared = self.manifest.get("evidence", {}).get("shared_queries")
+        return f"{note} {shared_text(shared, repr)}" if shared else note
 
     def drilldown(self, other: str | None = None, n: int = 10) -> pd.DataFrame:
         """Queries where ``other`` (default: the best trial) and the baseline differ most;
@@ -625,12 +641,12 @@ class Report:
         self, formats: Sequence[str] = ("html", "md"), out: Path | str | None = None
     ) -> dict[str, Path]:
         """Write ``report.html`` / ``report.md`` (+ ``plots/*.png``) / ``report.tex`` into the
-        run directory (or ``out``); returns the paths written by format."""
+        run directory (or ``out``: a new or empty folder, or one a report was written to);
+        returns the paths written by format."""
         from ragbench.report.html import render_html
         from ragbench.report.markdown import render_markdown
 
-        folder = Path(out) if out is not None else self.run_dir
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = self.run_dir if out is None else claim(out, "--out", "report")
         images = figure_images(self.plots(), run_cache(self.manifest.get("cache_root")))
         written: dict[str, Path] = {}
         if "md" in formats:

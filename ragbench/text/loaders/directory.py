@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ragbench.errors import DataError
+from ragbench.owned import owned
 from ragbench.text.loaders.base import BaseLoader
 from ragbench.text.loaders.decode import NOT_REGULAR, not_regular, os_reason
 from ragbench.text.loaders.formats import file_loader
@@ -15,6 +16,9 @@ from ragbench.text.loaders.globs import globs
 from ragbench.text.loaders.jsonl import JsonlLoader
 from ragbench.text.loaders.report import UNSUPPORTED, Pass, Skip, StrPath
 from ragbench.types import Document
+
+OUTPUT = "ragbench output"
+"""The kind of a skipped folder ragbench wrote (a run, a report, a labeled set it made)."""
 
 LABEL_FILES = ("queries.jsonl", "cuts.jsonl")
 """What a labeled set keeps beside its documents (``ragbench.data.spans``, ``.folder``,
@@ -132,6 +136,8 @@ class DirectoryLoader(BaseLoader):
             outside = self._outside(entry)
             if outside is not None:
                 run.report.add(entry.path, outside, "symlink out of the folder")
+            elif is_dir and owned(entry.path):
+                run.report.add(entry.path, "written by ragbench, not a document", OUTPUT)
             elif is_dir:
                 yield from self._directory(Path(entry.path), child, run, walked)
             else:
