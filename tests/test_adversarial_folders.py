@@ -91,6 +91,11 @@ _POINTED = [
     ),
     ("optimize", lambda w, u: ["optimize", _labeled(w), "--out", u], "--out"),
     (
+        "optimize into its documents",
+        lambda w, u: ["optimize", u, "--out", u, "--generate"],
+        "--out",
+    ),
+    (
         "optimize --generate",
         lambda w, u: ["optimize", str(DEMO / "corpus"), "--out", u, "--generate"],
         "--out",
