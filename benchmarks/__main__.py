@@ -283,6 +283,27 @@ def agreement(s: Settings) -> dict[str, Any]:
     )
 
 
+def sample(s: Settings) -> dict[str, Any]:
+    """optimize's default sweep on 10%, 25% and 50% samples of SciFact and of the chunking
+    evaluation (five seeds), labels generated from the sample, against the real labels over
+    every document (``--full``)."""
+    from benchmarks import bench_sample
+
+    _need(bench_quality.SCIFACT)
+    _need(bench_quality.CHUNKING_EVAL)
+    if not s.tiny:
+        return bench_sample.measure(s.runs, s.cache)
+    return bench_sample.measure(
+        s.runs,
+        s.cache,
+        s.scifact(),
+        s.chunking_eval(),
+        [f"sweep.embedder={json.dumps([bench_quality.HASHING])}"],
+        fractions=(50,),
+        seeds=1,
+    )
+
+
 def rerank(s: Settings) -> dict[str, Any]:
     """The cross-encoder path on scifact-rerank.yaml and its latency (``--full``)."""
     from benchmarks import bench_rerank
@@ -310,6 +331,14 @@ def serve(s: Settings) -> dict[str, Any]:
     if s.tiny:
         return bench_serve.measure(queries=10, tiny=True, requests=200)
     return bench_serve.measure()
+
+
+def ingest(s: Settings) -> dict[str, Any]:
+    """`ragbench ingest` of 100k and 1M synthetic passages streamed into a collection (wall
+    time, rate, peak memory), and one killed half-way and resumed (``--full``; tiny: 2,000)."""
+    from benchmarks import bench_ingest
+
+    return bench_ingest.measure((2_000,) if s.tiny else bench_ingest.SIZES)
 
 
 def wall(s: Settings) -> dict[str, Any]:
@@ -381,7 +410,9 @@ SECTIONS: list[tuple[str, Callable[[Settings], dict[str, Any]]]] = [
     ("latency", latency),
     ("estimate", estimate),
     ("agreement", agreement),
+    ("sample", sample),
     ("serve", serve),
+    ("ingest", ingest),
     ("wall", wall),
     ("scale", scale),
     ("dask", dask),
@@ -391,7 +422,7 @@ SECTIONS: list[tuple[str, Callable[[Settings], dict[str, Any]]]] = [
 
 FULL_ONLY = {  # sections that run with --full (and --tiny) only
     *("chunking", "tuned", "prf", "finetune", "window", "rerank", "onnx", "latency", "estimate"),
-    *("agreement", "wall", "scale", "dask", "peers"),
+    *("agreement", "sample", "ingest", "wall", "scale", "dask", "peers"),
 }
 
 

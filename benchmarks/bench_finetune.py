@@ -134,6 +134,18 @@ def _scored(report: RunSpec, trial: Trial) -> pd.DataFrame:
     return pd.DataFrame(done.per_query, index=context(report).query_ids)
 
 
+def _reranked(report: RunSpec, trial: Trial) -> dict[str, Any]:
+    """The cross-encoder trial's mean metrics on the report split, or, when the sweep refuses
+    it (its model left at chance: ``not_trained``), why."""
+    done = run_trial(report, trial)
+    if done.status == "ok":
+        scored = pd.DataFrame(done.per_query, index=context(report).query_ids)
+        return {m: float(scored[m].mean()) for m in METRICS}
+    if "not trained" not in (done.error or ""):
+        raise RuntimeError(f"{done.label} failed on the report split: {done.error}")
+    return {"not_trained": done.error}
+
+
 def _models(report: RunSpec, trials: Sequence[Trial]) -> list[dict[str, Any]]:
     """What training each distinct model of ``trials`` cost (its ``training.json``)."""
     ctx, found = context(report), {}
@@ -152,6 +164,7 @@ def _models(report: RunSpec, trials: Sequence[Trial]) -> list[dict[str, Any]]:
                     "last_loss": float(np.mean(record["losses"][-5:])),
                     "seconds": record["seconds"],
                     "peak_rss_mb": record["peak_rss_mb"],
+                    "trained": not record.get("not_trained"),
                 }
     return list(found.values())
 
@@ -188,7 +201,7 @@ def finetune(
     winner = max(untuned, key=lambda t: float(trials.loc[t.id, "ndcg@10"]))
     difference = tested[chosen.id]["ndcg@10"] - tested[winner.id]["ndcg@10"]
     reranked_trial = trial_of({**chosen.effective(), "reranker": CROSS_ENCODER})
-    reranked = _scored(report, reranked_trial)
+    reranked = _reranked(report, reranked_trial)
     return {
         **_provenance(done),
         "config": relative(CONFIG),
@@ -198,8 +211,7 @@ def finetune(
         "untuned": {"trial_id": winner.id, "label": winner.label},
         "against_untuned": _paired(tested[winner.id]["ndcg@10"], tested[chosen.id]["ndcg@10"])
         | {"ci": bootstrap_ci(difference.to_numpy())},
-        "reranked": {"label": reranked_trial.label}
-        | {m: float(reranked[m].mean()) for m in METRICS},
+        "reranked": {"label": reranked_trial.label} | reranked,
         "models": _models(report, [*grid, reranked_trial]),
         "held_out": held_out(runs, root, held_out_overrides, limit),
     }
@@ -254,6 +266,7 @@ def draw(section: Figures) -> Lines:
             num(m["last_loss"], 3),
             f"{m['seconds'] / 60:.1f}",
             num(m["peak_rss_mb"], 0),
+            "yes" if m.get("trained", True) else "no: at chance",
         )
         for m in section["models"]
     ]
@@ -278,13 +291,16 @@ def draw(section: Figures) -> Lines:
         "",
         f"A cross-encoder trained from MiniLM's weights on the train pairs, reranking the chosen "
         f"pipeline's top {CROSS_ENCODER['candidates']} (`{reranked['label']}`), on test: "
-        f"ndcg@10 {num(reranked['ndcg@10'])}, recall@100 {num(reranked['recall@100'])}."
+        + _reranked_text(reranked)
         + _chance(section["models"]),
         "",
         "Training, per model (wall time on this machine's 2 cores, shared with whatever else ran; "
         "peak resident memory of the process that trained it):",
         "",
-        table(["model", "pairs", "n", "loss", "steps", "final loss", "minutes", "peak MB"], models),
+        table(
+            ["model", "pairs", "n", "loss", "steps", "final loss", "minutes", "peak MB", "learnt"],
+            models,
+        ),
         "",
         *_draw_held_out(section["held_out"]),
     ]
@@ -305,6 +321,13 @@ def _draw_dense_picks(picks: Sequence[Figures]) -> str:
             for p in picks
         ],
     )
+
+
+def _reranked_text(reranked: Figures) -> str:
+    """The cross-encoder's scores, or that the sweep refused a model left at chance."""
+    if reranked.get("not_trained"):
+        return f"not scored; the sweep fails the trial: {reranked['not_trained']}."
+    return f"ndcg@10 {num(reranked['ndcg@10'])}, recall@100 {num(reranked['recall@100'])}."
 
 
 def _chance(models: Sequence[Figures]) -> str:

@@ -63,12 +63,23 @@ NEW = "FastAPI on uvicorn (this checkout)"
 OLD = f"`http.server` (commit {OLD_COMMIT})"
 
 
-def collection(embedder: dict[str, Any]) -> tuple[Path, str, float]:
+_INGEST = """
+import json, sys
+from pathlib import Path
+from ragbench.pipeline import RAGPipeline
+from ragbench.text.loaders import load
+embedder, corpus, target = json.loads(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+pipeline = RAGPipeline.from_config({"embedder": embedder})
+pipeline.index(load(corpus))
+pipeline.save(target)
+"""
+
+
+def collection(embedder: dict[str, Any], package: Path | None = None) -> tuple[Path, str, float]:
     """The demo collection with ``embedder`` (its db folder and name), ingested on first use
-    into the stage cache root, and the seconds ingesting took (0 when it was there)."""
+    into the stage cache root by the package under ``package`` (in its own collection format)
+    or this checkout's, and the seconds ingesting took (0 when it was there)."""
     from ragbench.index.cache import default_cache_root
-    from ragbench.pipeline import RAGPipeline
-    from ragbench.text.loaders import load
 
     corpus = DEMO / "corpus"
     digest = hashlib.sha256(json.dumps(embedder, sort_keys=True).encode())
@@ -76,13 +87,13 @@ def collection(embedder: dict[str, Any]) -> tuple[Path, str, float]:
         if path.is_file():
             digest.update(str(path.relative_to(corpus)).encode() + path.read_bytes())
     db = default_cache_root() / "bench_serve"
-    name = f"demo-{digest.hexdigest()[:16]}"
+    name = f"demo-{digest.hexdigest()[:16]}" + ("-old" if package else "")
     if (db / name / "pipeline.json").is_file():
         return db, name, 0.0
     started = time.perf_counter()
-    pipeline = RAGPipeline.from_config({"embedder": embedder})
-    pipeline.index(load(corpus))
-    pipeline.save(db / name)
+    env = {**os.environ, **({"PYTHONPATH": str(package)} if package else {})}
+    command = [sys.executable, "-c", _INGEST, json.dumps(embedder), str(corpus), str(db / name)]
+    subprocess.run(command, env=env, cwd=package or REPO, check=True, capture_output=True)
     return db, name, time.perf_counter() - started
 
 
@@ -262,11 +273,12 @@ def measure(
     work = Path(tempfile.mkdtemp(prefix="ragbench-bench-serve-"))
     try:
         old = old_package(work / "old")
-        packages = [(NEW, None)] + ([(OLD, old)] if isinstance(old, Path) else [])
-        servers = [
-            serve_one(db, name, label, package, work, sequential, burst, k, concurrency)
-            for label, package in packages
-        ]
+        servers = [serve_one(db, name, NEW, None, work, sequential, burst, k, concurrency)]
+        if isinstance(old, Path):  # the old server reads the collection format it wrote
+            old_db, old_name, _ = collection(embedder, old)
+            servers.append(
+                serve_one(old_db, old_name, OLD, old, work, sequential, burst, k, concurrency)
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {

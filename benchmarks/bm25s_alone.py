@@ -136,6 +136,8 @@ def _row(pair: Figures) -> tuple[str, ...]:
 
 def draw(sections: Mapping[str, Figures]) -> Lines:
     """The ratio table, what bm25s alone is, and the targets."""
+    from ragbench.index import sparse
+
     section = sections.get("scale")
     why = status(section)
     if why is not None:
@@ -157,12 +159,21 @@ def draw(sections: Mapping[str, Figures]) -> Lines:
     )
     lines = [
         "ragbench's BM25 (`BM25Index`, defaults) against bm25s used alone on the same corpus, "
-        "in the same fresh-process measurement as the scale curve: " + _ALONE,
+        "in the same fresh-process measurement as the scale curve: "
+        + _ALONE.format(in_memory=num(sparse._IN_MEMORY), partition=num(sparse._PARTITION)),
         "",
         table(headers, [_row(p) for p in pairs]),
         "",
         "Ratios are ragbench's figure over bm25s alone's (targets in the headers, met or not "
         "in brackets). " + _AGREEMENT.format(queries=section["queries"]),
+        "",
+        "Peak memory of the build alone (before queries and `save`), ragbench / bm25s: "
+        + ", ".join(
+            f"{num(p['bm25']['build_peak_mb'], 0)} / {num(p['bm25s']['build_peak_mb'], 0)} MB "
+            f"at {num(p['chunks'])}"
+            for p in pairs
+        )
+        + ".",
     ]
     if section["restricted"]:
         lines += [
@@ -179,9 +190,13 @@ _ALONE = (
     "batch into its growing vocabulary, one `BM25.index` of the token ids (lucene, k1 1.2, "
     "b 0.75), queries tokenized without growing the vocabulary and answered by "
     "`BM25.retrieve`, a list of the passages' ids naming what it finds. Build time counts "
-    "tokenizing and indexing for both. Both score a query with bm25s' `get_scores`; to pick "
+    "tokenizing and indexing for both. ragbench keeps the passages' term ids as int32 arrays "
+    "and builds bm25s' score matrix itself, a block of passages at a time (`_Matrix` in "
+    "`ragbench/index/sparse.py`); past {in_memory} term ids, or matrix entries, it keeps "
+    "them in temporary files, builds the matrix {partition} entries at a time and reads a "
+    "query term's column from the file. Both score a query with bm25s' `get_scores`; to pick "
     "the top 10, bm25s runs numpy's `argpartition` over every document's score, ragbench "
-    "sorts only the documents that match (`_top_hits` in `ragbench/index/sparse.py`)."
+    "sorts only the documents that match (`_top_hits`)."
 )
 _AGREEMENT = (
     "Top-10 agreement: the mean share, over the {queries} timed queries, of ragbench's top-10 "

@@ -12,7 +12,8 @@ and a request that is no valid HTTP a 400 from the protocol itself (``_Protocol`
 one at a time in a worker thread (a pipeline is not thread-safe), in the order they came.
 ``ServeLimits`` (``ragbench.service``) sets every limit. The server binds to loopback unless
 told otherwise (the API has no authentication); given the collection's folder, it follows
-re-ingests: the first request after a new save reopens it.
+re-ingests: the first request after a new save reopens it (a save it cannot open leaves the
+loaded copy answering, one line in the log and ``"status": "stale"`` in ``/health``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import socket
 import sys
 import threading
@@ -48,7 +48,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ragbench import __version__
 from ragbench.data.problems import DuplicateKey, loads_json
-from ragbench.pipeline import RAGPipeline
+from ragbench.errors import RagbenchError
+from ragbench.pipeline import RAGPipeline, collection_version
+from ragbench.registry import described, validation_problem
 from ragbench.service import (
     LIMITS,
     RequestError,
@@ -107,9 +109,15 @@ def request_model(retrievers: tuple[str, ...], limits: ServeLimits = LIMITS) -> 
 
 
 class Health(BaseModel):
-    """The collection served, its counts and its retrievers."""
+    """The collection served, its counts and its retrievers; ``stale`` when it answers from an
+    older copy than the one saved last."""
 
-    status: Literal["ok"] = "ok"
+    status: Literal["ok", "stale"] = "ok"
+    stale: str | None = Field(
+        None,
+        description="Why answers come from the copy loaded before rather than the collection "
+        "as saved last (it cannot be opened, or its folder is gone); null when they do not.",
+    )
     collection: str
     documents: int
     chunks: int
@@ -227,7 +235,7 @@ def parse_request(body: bytes, model: type[BaseModel]) -> Any:
         where = f" ({exc})" if isinstance(exc, json.JSONDecodeError) else ""
         raise RequestError("body", f"expected a JSON object, got invalid JSON{where}") from None
     if not isinstance(data, dict):
-        got = "an empty body" if not text.strip() else type(data).__name__
+        got = "an empty body" if not text.strip() else described(data)
         raise RequestError("body", f"expected a JSON object, got {got}")
     for key, value in data.items():  # text UTF-8 cannot carry is refused before it is echoed
         if _holds_lone_surrogate([key, value]):
@@ -260,9 +268,8 @@ def _field_error(error: ErrorDetails, fields: tuple[str, ...]) -> RequestError:
     cause = (error.get("ctx") or {}).get("error")
     if isinstance(cause, RequestError):
         return cause
-    message = error["msg"][0].lower() + error["msg"][1:]
-    got = json.dumps(error["input"], default=repr)
-    return RequestError(field, f"{message}, got {got if len(got) <= 80 else got[:77] + '...'}")
+    message, got = validation_problem(error)
+    return RequestError(field, f"{message[0].lower()}{message[1:]}, got {got}")
 
 
 # ---------------------------------------------------------------- metrics
@@ -483,12 +490,8 @@ class _Protocol(H11Protocol):
 
 
 def _stamp(path: Path | None) -> tuple[int, ...] | None:
-    """What changes when a collection is saved again (``save`` swaps in a new folder)."""
-    try:
-        found = os.stat(path) if path is not None else None
-    except OSError:  # between the two renames of a save, or gone
-        return None
-    return None if found is None else (found.st_ino, found.st_mtime_ns, found.st_ctime_ns)
+    """What changes when a collection is worth opening again (``collection_version``)."""
+    return None if path is None else collection_version(path)
 
 
 def _listen(host: str, port: int, backlog: int) -> socket.socket:
@@ -531,6 +534,8 @@ class SearchServer:
         self.limits = limits
         self.meter = _Meter(limits.latency_window)
         self._stamp = _stamp(self.path)
+        self._gone: str | None = None
+        self._unopened: str | None = None
         self._turn = asyncio.Lock()  # one search at a time: indexes and models are shared
         # ... and always on the same thread, so the model libraries keep one pool of threads
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="ragbench-search")
@@ -607,21 +612,40 @@ class SearchServer:
     def current(self) -> RAGPipeline:
         """The pipeline to answer from (call it in turn: ``in_turn``): reopened when the
         collection was saved again since it was loaded (a re-ingest; an ingest still running
-        holds the collection until it saves, and the loaded one answers meanwhile)."""
+        holds the collection until it saves, and the loaded one answers meanwhile). When the
+        new save cannot be opened, or the folder is gone, the loaded one goes on answering,
+        ``stale`` says why and the log says it once, in one line."""
+        if self.path is None:
+            return self.pipeline
         stamp = _stamp(self.path)
-        if self.path is None or stamp is None or stamp == self._stamp:
+        if stamp is None:  # gone (or, for an instant, between the two renames of a save)
+            self._gone = f"{self.path}: the collection's folder is gone"
+            return self.pipeline
+        self._gone = None
+        if stamp == self._stamp:
             return self.pipeline
         self._stamp = stamp
         try:
             fresh = RAGPipeline.open(self.path)
-        except Exception:  # the loaded collection goes on answering
-            logger.exception("%s: cannot reopen the collection", self.path)
+        except Exception as exc:
+            said = " ".join(str(exc).split())
+            if not isinstance(exc, RagbenchError | OSError):  # a fault of ragbench's own
+                said = f"{type(exc).__name__}: {said}"
+                logger.debug("reopening %s", self.path, exc_info=True)
+            self._unopened = f"{self.path}: the collection as saved last cannot be opened: {said}"
+            logger.warning("%s; answering from the copy loaded before", self._unopened)
             return self.pipeline
         if fresh.trial.id == self.pipeline.trial.id:
             fresh.env = self.pipeline.env  # the same models, loaded already
         warm_up(fresh)
         self.pipeline = fresh
+        self._unopened = None
         return fresh
+
+    @property
+    def stale(self) -> str | None:
+        """Why the pipeline answering is older than the collection as saved last, or None."""
+        return self._gone or self._unopened
 
     async def in_turn(self, work: Callable[[RAGPipeline], T], what: str) -> T:
         """``work`` on the current pipeline, in a worker thread, once the requests before it
@@ -646,7 +670,10 @@ class SearchServer:
     def health(self, pipeline: RAGPipeline) -> Health:
         """What ``GET /health`` returns about ``pipeline`` (the current one)."""
         embedder = pipeline.trial.get("embedder")
+        stale = self.stale
         return Health(
+            status="ok" if stale is None else "stale",
+            stale=stale,
             collection=self.name,
             documents=len(pipeline.document_ids),
             chunks=len(pipeline.chunks),

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ragbench.errors import ConfigError
+from ragbench.errors import ConfigError, path_problem
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -146,7 +146,11 @@ def model_problem(name: str) -> str | None:
     """Why the model (or tokenizer) ``name`` cannot be loaded, or None when it can as far as
     can be told without loading it: a local path (or the bundled MiniLM), a hub id in the
     local cache, or — online — a hub id the hub knows."""
-    if Path(resolve_model(name)).expanduser().exists():
+    local = Path(resolve_model(name)).expanduser()
+    problem = path_problem(local)  # a name too long, a symbolic link loop
+    if problem is not None:
+        return problem
+    if local.exists():
         return None
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 

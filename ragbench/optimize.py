@@ -8,6 +8,11 @@ dense MiniLM, hybrid RRF and hybrid convex fusion, each on two chunkings (``DEFA
 writes the report, and returns the recommendation with its bootstrap confidence and the command
 that deploys it. The sweep's stages are cached like any run's, so a second call costs seconds.
 
+A corpus of more than ``SAMPLE_CHARS`` characters is swept on a sample of its documents
+(``ragbench.data.sample``: stratified by folder, file type and size, seeded): labels are
+generated from the sample, or a labeled set's sweep keeps the documents its queries judge. The
+pick is deployed on every document (the printed deploy command indexes the whole folder).
+
 MiniLM runs on ONNX Runtime with int8 weights when ``onnxruntime`` is installed (about 2× torch's
 speed on a CPU at +0.0015 nDCG@10 on SciFact, benchmarks/RESULTS.md), else on torch; the run's
 config and the report name the backend.
@@ -17,6 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,15 +32,27 @@ from pathlib import Path
 from typing import Any
 
 from ragbench.data.catalog import FORMATS, load_dataset
-from ragbench.data.generate import GenerationResult, IctMethod, corpus_documents, generate
-from ragbench.data.labeled import corpus_fingerprint
+from ragbench.data.generate import GenerationResult, IctMethod, corpus_documents, generate_from
+from ragbench.data.labeled import LabeledSet, corpus_fingerprint
+from ragbench.data.sample import Sampled, SampleSize, check_size, choose, documents_for
 from ragbench.errors import ConfigError, DataError
+from ragbench.experiment.config import load_config
 from ragbench.experiment.runner import RunResult, run
 from ragbench.index.cache import writable_cache_root
-from ragbench.owned import claim, remove
+from ragbench.owned import claim, owned, remove, seal
 from ragbench.report.report import Report
+from ragbench.text.loaders import LoadProblem
+from ragbench.types import Document
 
-__all__ = ["DEFAULT_SWEEP", "Optimized", "default_config", "optimize", "own_labels"]
+__all__ = [
+    "DEFAULT_SWEEP",
+    "SAMPLE_CHARS",
+    "Optimized",
+    "default_config",
+    "default_size",
+    "optimize",
+    "own_labels",
+]
 
 StrPath = str | os.PathLike[str]
 
@@ -57,6 +76,22 @@ DEFAULT_SWEEP: dict[str, Any] = {
 ``default_config``."""
 
 
+SAMPLE_CHARS = 3_000_000
+"""optimize's default budget, in characters of text: a larger corpus is swept on a sample of
+about this many (``default_size``). Characters, not documents, because a sweep's time grows
+with the chunks it embeds; the figure is set from benchmarks/RESULTS.md, "Sweeps on a
+sample"."""
+
+
+def default_size(documents: Sequence[Document]) -> int | None:
+    """How many ``documents`` optimize sweeps on by default: every one (None) up to
+    ``SAMPLE_CHARS`` characters, else as many as hold about that many characters."""
+    chars = sum(len(d.text) for d in documents)
+    if chars <= SAMPLE_CHARS:
+        return None
+    return max(1, math.ceil(len(documents) * SAMPLE_CHARS / chars))
+
+
 def _embedder() -> dict[str, Any]:
     """MiniLM on ONNX Runtime (int8) where it is installed, else on torch."""
     if find_spec("onnxruntime") is not None and find_spec("onnx") is not None:
@@ -64,13 +99,19 @@ def _embedder() -> dict[str, Any]:
     return dict(_MINILM)
 
 
-def default_config(labels: StrPath, name: str) -> dict[str, Any]:
-    """The default sweep on the labeled set ``labels``, at the document level (every
-    generated query judges its document; span evidence only some): nDCG@10 first, then recall
-    of the top 5 (is the query's document among the passages a prompt would get)."""
+def default_config(
+    labels: StrPath, name: str, sample: SampleSize = None, sample_seed: int = 0
+) -> dict[str, Any]:
+    """The default sweep on the labeled set ``labels`` (on a ``sample`` of its documents, when
+    given), at the document level (every generated query judges its document; span evidence
+    only some): nDCG@10 first, then recall of the top 5 (is the query's document among the
+    passages a prompt would get)."""
+    dataset: dict[str, Any] = {"path": str(Path(labels).resolve()), "split": _SPLIT}
+    if sample is not None:
+        dataset.update(sample=sample, sample_seed=sample_seed)
     return {
         "name": name,
-        "dataset": {"path": str(Path(labels).resolve()), "split": _SPLIT},
+        "dataset": dataset,
         "evaluation": {"level": "document", "metrics": ["ndcg@10", "recall@5"], "depth": 100},
         "baseline": "bm25",
         "sweep": {**DEFAULT_SWEEP, "embedder": [_embedder()]},
@@ -97,6 +138,18 @@ class Optimized:
         return int(self.run.manifest["queries"]["count"])
 
     @property
+    def sample(self) -> Sampled | None:
+        """The sample of the documents the sweep ran on, or None when it ran on every one."""
+        found = self.run.manifest["dataset"].get("sample")
+        return Sampled.from_dict(found) if found is not None else None
+
+    @property
+    def documents(self) -> int:
+        """Documents in the corpus (all of them, however many the sweep ran on)."""
+        sample = self.sample
+        return sample.of if sample is not None else int(self.run.manifest["dataset"]["documents"])
+
+    @property
     def generated(self) -> int:
         """Queries in the generated labels (0 for the documents' own)."""
         if self.own:
@@ -106,38 +159,53 @@ class Optimized:
 
 
 def _labels_key(
-    docs: StrPath,
-    method: IctMethod,
-    n: int,
-    seed: int,
-    include: Sequence[str],
-    exclude: Sequence[str],
+    documents: Sequence[Document], method: IctMethod, n: int, seed: int, sample: Sampled | None
 ) -> str:
-    """What the generated labels depend on: the documents' text, the method and sampling."""
-    documents, _ = corpus_documents(docs, include, exclude)
+    """What the generated labels depend on: the documents' text, the method, the sampling of
+    queries and the sample of documents they are generated from."""
     settings = {"method": method.name, **method.settings(), "n": n, "seed": seed}
+    if sample is not None:
+        settings["sample"] = sample.as_dict()
     text = corpus_fingerprint(documents) + json.dumps(settings, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def _labels(
-    docs: StrPath, out: Path, n: int, seed: int, include: Sequence[str], exclude: Sequence[str]
+    documents: Sequence[Document],
+    problems: Sequence[LoadProblem],
+    sample: Sampled | None,
+    out: Path,
+    n: int,
+    seed: int,
+    where: Path,
 ) -> tuple[Path, bool, GenerationResult | None]:
-    """The generated set for ``docs`` (its files selected by the globs ``include`` and
-    ``exclude``) under ``out`` (``labels-<key>``), written unless an earlier call wrote it for the
-    same documents and settings; older sets optimize wrote there are removed (a folder of
-    another maker, ``labels-handwritten``, stays)."""
+    """The set generated from ``documents`` (read from ``where``; on ``sample`` of them, when
+    given) under ``out`` (``labels-<key>``), written unless an earlier call wrote it for the
+    same documents and settings, and sealed (``owned.seal``); older sets optimize wrote there
+    are removed when they are as it wrote them (a folder of another maker,
+    ``labels-handwritten``, stays, and so does a set judged or edited by hand, said in one
+    line)."""
     method = IctMethod()
-    target = out / f"labels-{_labels_key(docs, method, n, seed, include, exclude)}"
+    target = out / f"labels-{_labels_key(documents, method, n, seed, sample)}"
     if (target / "queries.jsonl").is_file():
         return target, True, None
     for old in out.glob("labels-*"):
-        remove(old)
-    return (
-        target,
-        False,
-        generate(docs, target, method, n=n, seed=seed, include=include, exclude=exclude),
+        kept = remove(old) if owned(old) else None
+        if kept is not None:
+            logging.getLogger(__name__).warning(
+                "%s: an older generated set, kept: %s; delete it yourself when you no longer "
+                "need it",
+                old,
+                kept,
+            )
+    picked = documents
+    if sample is not None:
+        picked = choose(documents, sample.documents, sample.seed)
+    made = generate_from(
+        picked, target, method, n=n, seed=seed, where=where, problems=problems, sample=sample
     )
+    seal(target, "labeled set")
+    return target, False, made
 
 
 def own_labels(docs: StrPath) -> str | None:
@@ -148,9 +216,11 @@ def own_labels(docs: StrPath) -> str | None:
     return found[0] if found else None
 
 
-def _checked_own(docs: Path, fmt: str, include: Sequence[str], exclude: Sequence[str]) -> None:
-    """``ConfigError`` unless the labels ``docs`` holds (in format ``fmt``) load as the sweep
-    will load them; the message says why they cannot be used and how to go on."""
+def _checked_own(
+    docs: Path, fmt: str, include: Sequence[str], exclude: Sequence[str]
+) -> LabeledSet:
+    """The labels ``docs`` holds (in format ``fmt``), loaded as the sweep will load them;
+    ``ConfigError`` saying why they cannot be used and how to go on otherwise."""
     labels = docs / "queries.jsonl" if fmt == "folder" else docs
     if include or exclude:
         raise ConfigError(
@@ -158,7 +228,7 @@ def _checked_own(docs: Path, fmt: str, include: Sequence[str], exclude: Sequence
             "pass --generate to generate labels from the files you select"
         )
     try:
-        load_dataset(docs, split=_SPLIT)
+        return load_dataset(docs, split=_SPLIT)
     except DataError as exc:
         raise ConfigError(
             f"{labels}: labels of your own that cannot be used ({exc}); fix them, or pass "
@@ -172,29 +242,36 @@ def optimize(
     *,
     n: int | None = None,
     seed: int = 0,
+    sample: int | str | None = None,
     generate_labels: bool = False,
     cache_root: str | Path | None = None,
     progress: bool = True,
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
+    overrides: Sequence[str] = (),
 ) -> Optimized:
     """Label the documents ``docs``, run the default sweep on them into ``<out>/run`` (default
     ``out``: ``runs/optimize-<folder name>``, a folder optimize made or a new or empty one) and
     write its report. Labels ``docs`` holds itself (``own_labels``: a ``queries.jsonl``, or a
     labeled set's layout) are used as they are; otherwise, or with ``generate_labels``, ``n``
     queries (default 300) are generated (cached). ``include`` / ``exclude`` select the folder's
-    files by glob (``DirectoryLoader``)."""
+    files by glob (``DirectoryLoader``).
+
+    ``sample`` is the sample of the documents the sweep runs on (a number of documents, a
+    percentage ``"25%"``, or ``"all"``; default: ``default_size``), drawn with ``seed``, which
+    also seeds the generated queries. ``overrides`` (``key.path=value``, as ``ragbench run
+    --set``) change the default config."""
     source = Path(docs)
     if not source.exists():
         raise ConfigError(f"{source}: no such file or directory (give a folder of documents)")
+    _sample_flag(sample)  # a bad --sample fails before any work
     own = None if generate_labels else own_labels(source)
     if own is not None and n is not None:
         raise ConfigError(
             f"--n: {source} holds labels of its own, which optimize uses as they are; pass "
             "--generate to generate queries instead"
         )
-    if own is not None:
-        _checked_own(source, own, include, exclude)
+    labeled = _checked_own(source, own, include, exclude) if own is not None else None
     writable_cache_root(cache_root)  # a cache root that cannot be used fails before --out
     name = f"optimize-{source.resolve().name or 'docs'}"
     root = claim(
@@ -203,12 +280,18 @@ def optimize(
         "labels and run of optimize",
         earlier=_earlier_optimize,
     )
-    if own is not None:
+    if labeled is not None:
         labels, cached, generation = source, True, None
+        size = default_size(labeled.documents) if sample is None else _sample_flag(sample)
+        config = default_config(labels, name, size, seed)
+        labeled = None  # the sweep loads the set itself: this copy goes before it
     else:
-        labels, cached, generation = _labels(source, root, n or 300, seed, include, exclude)
+        labels, cached, generation = _generated(
+            source, root, n or 300, seed, sample, include, exclude
+        )
+        config = default_config(labels, name)
     result = run(
-        default_config(labels, name),
+        load_config(config, overrides),
         root / "run",
         overwrite=True,
         cache_root=cache_root,
@@ -217,6 +300,58 @@ def optimize(
     report = Report.from_run(result.path)
     files = report.write(("html", "md"))
     return Optimized(labels, cached, generation, result, report, files, own is not None)
+
+
+def _generated(
+    source: Path,
+    root: Path,
+    n: int,
+    seed: int,
+    sample: int | str | None,
+    include: Sequence[str],
+    exclude: Sequence[str],
+) -> tuple[Path, bool, GenerationResult | None]:
+    """The labels generated from the documents of ``source`` (on ``sample`` of them, by
+    default ``default_size``) under ``root`` (``_labels``). The documents are read here and let
+    go before the sweep, which reads the labeled set alone."""
+    documents, problems = corpus_documents(source, include, exclude)
+    size = default_size(documents) if sample is None else _sample_flag(sample)
+    chosen = _sampled(source, documents, size, seed, include, exclude)
+    return _labels(documents, problems, chosen, root, n, seed, source)
+
+
+def _sample_flag(sample: int | str | None) -> SampleSize:
+    """``sample`` as a sample's size (None: every document, or the default when not given);
+    ``ConfigError`` naming ``--sample`` when it is none."""
+    try:
+        return check_size(sample)
+    except ValueError as exc:
+        raise ConfigError(f"--sample: {exc}") from None
+
+
+def _sampled(
+    source: Path,
+    documents: Sequence[Document],
+    size: SampleSize,
+    seed: int,
+    include: Sequence[str],
+    exclude: Sequence[str],
+) -> Sampled | None:
+    """The sample of ``documents`` (read from ``source``) labels are generated from, or None
+    for every document. It names ``source`` when a deployment can index it whole (a file or
+    folder of documents, not a labeled set of another layout)."""
+    kept = documents_for(size, len(documents))
+    if kept >= len(documents):
+        return None
+    readable = own_labels(source) in (None, "folder")
+    return Sampled(
+        kept,
+        len(documents),
+        seed,
+        source=str(source.resolve()) if readable else None,
+        include=tuple(include),
+        exclude=tuple(exclude),
+    )
 
 
 def _earlier_optimize(folder: Path) -> bool:

@@ -22,7 +22,6 @@ import dataclasses
 import html
 import json
 import os
-import re
 import secrets
 import shutil
 import time
@@ -37,27 +36,37 @@ import numpy as np
 from filelock import FileLock, Timeout
 
 from ragbench import telemetry
-from ragbench.data import load_dataset
-from ragbench.data.labeled import corpus_fingerprint
 from ragbench.data.spans import is_spans, whole_documents
 from ragbench.endpoints import describe_endpoints
 from ragbench.errors import ConfigError, DataError
 from ragbench.experiment.config import Trial, load_config, trial_of
-from ragbench.experiment.runner import find_trial
 from ragbench.experiment.store import RunStore, read_json, write_failure
 from ragbench.experiment.trial import RunSpec, context
-from ragbench.index.cache import StageCache, default_cache_root, seal, seal_damage
+from ragbench.index.cache import StageCache, default_cache_root
+from ragbench.index.finetune import TunedModel
 from ragbench.llm.cache import LLMCache
-from ragbench.owned import mark, owned
+from ragbench.owned import claim, mark, owned
 from ragbench.protocols import Embedder
 from ragbench.registry import ComponentConfig
+from ragbench.report.pick import chosen_trial
+from ragbench.retrieve.artifacts import ChunkSet
 from ragbench.retrieve.assemble import quote_untrusted, sanitize_attribute, system_notice
 from ragbench.retrieve.execution import Execution
 from ragbench.retrieve.graph import Env, Plan, compile_plan
-from ragbench.retrieve.live import LiveExecution, live_stages
+from ragbench.retrieve.live import LiveExecution
 from ragbench.retrieve.postprocess import apply_threshold
+from ragbench.retrieve.snapshot import (
+    SNAPSHOTS,
+    load_shard,
+    load_snapshot,
+    prune,
+    shard_stages,
+    write_shard,
+    write_snapshot,
+)
+from ragbench.retrieve.stored import STORE_FILE, ChunkStore
 from ragbench.retrieve.timed import percentiles_ms
-from ragbench.text.loaders import LoadProblem, skipped_summary
+from ragbench.text.loaders import LoadProblem, LoadReport, skipped_summary
 from ragbench.types import Chunk, Document, Hit, Ranking
 
 __all__ = [
@@ -66,11 +75,15 @@ __all__ = [
     "Retrieval",
     "RetrievalTool",
     "collection_lock",
+    "collection_version",
     "pipeline_trial",
 ]
 
 _BATCH_DOCS = 64
 _CHUNKS = "chunks"  # the plan's stage of the trial's own chunking
+CONFIG = "pipeline.json"  # a collection's trial and settings
+SNAPSHOT = "snapshot"  # the store's record of the last batch the written-out indexes include
+SNAPSHOT_SECONDS = 600.0  # how often a long ingest writes its indexes out
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "chunker": {"kind": "recursive", "size": 800, "overlap": 100},
     "retriever": {"kind": "hybrid", "store": {"kind": "hnsw"}, "depth": 50},
@@ -131,6 +144,7 @@ class IndexReport:
     chunks_created: int = 0
     chunks_stored: int = 0
     chunks_removed: int = 0
+    documents_removed: int = 0
     errors: list[tuple[str, str]] = field(default_factory=list)
     duration_s: float = 0.0
     skipped: list[LoadProblem] = field(default_factory=list)
@@ -141,8 +155,9 @@ class IndexReport:
     def __str__(self) -> str:
         documents = (self.documents_loaded, self.documents_indexed, self.documents_unchanged)
         chunks = (self.chunks_created, self.chunks_stored, self.chunks_removed)
+        gone = f", removed {self.documents_removed}" if self.documents_removed else ""
         lines = [
-            "documents loaded {}, indexed {}, unchanged {}".format(*documents),
+            "documents loaded {}, indexed {}, unchanged {}".format(*documents) + gone,
             "chunks created {}, stored {}, removed {}".format(*chunks),
             f"errors {len(self.errors)}, {self.duration_s:.1f} s",
             *(f"  {where}: {why}" for where, why in self.errors),
@@ -253,18 +268,33 @@ class RAGPipeline:
     unchanged document is not indexed again) and runs the query-time stages per search.
     """
 
-    def __init__(self, trial: Trial, *, score_threshold: float | None = None) -> None:
+    def __init__(
+        self,
+        trial: Trial,
+        *,
+        score_threshold: float | None = None,
+        store: ChunkStore | None = None,
+        root: Path | None = None,
+    ) -> None:
         self.trial = trial
         self.score_threshold = score_threshold
         self._label = trial.label  # once: a label reads the registries (spans name the trial)
         calls_llm = describe_endpoints(trial.configs) != "-"
         env = Env(warm_up=False, llm_cache=LLMCache(default_cache_root()) if calls_llm else None)
         self._plans: dict[tuple[int, str | None], Plan] = {}
-        self._live = LiveExecution(self.plan(1), env)
-        # doc id → (content hash, chunk ids per chunks stage)
-        self._docs: dict[str, tuple[str, dict[str, list[str]]]] = {}
-        # doc id → the file, folder or URL it was indexed from (``origin``), where known
-        self._origins: dict[str, str] = {}
+        # the documents and chunks (in memory, or a collection's on disk at ``root``)
+        self._store = store if store is not None else ChunkStore(None)
+        self._root = root
+        self._snapshot_at = time.monotonic()
+        self._live = LiveExecution(self.plan(1), env, self._chunk_sets())
+
+    def _chunk_sets(self) -> dict[str, ChunkSet]:
+        """The plan's chunk sets, as the store keeps them."""
+        return {
+            s.name: self._store.chunk_set(s.name)
+            for s in self.plan(1).index_stages()
+            if s.update == "append"
+        }
 
     @property
     def env(self) -> Env:
@@ -286,36 +316,38 @@ class RAGPipeline:
     def from_trial(cls, run: str | Path, trial_id: str) -> RAGPipeline:
         """The pipeline of a finished trial of a run directory, indexing the run's corpus.
 
-        Its indexes come from the stage cache the run used (built there when missing), so the
-        pipeline returns the rankings the run scored. ``trial_id`` may be ``best`` (the best
-        finished trial on the run's first metric). A generated set's cuts (its queries'
-        sentences, taken out to evaluate) are no part of a deployed corpus: its documents are
-        indexed whole, and only their changed chunks are embedded anew.
+        Its models are those the trial was scored with and its document vectors come from
+        the run's embedding cache, so the pipeline returns the rankings the run scored.
+        ``trial_id`` may be ``best``: the trial the run's report recommends (refused, naming
+        why, when the report withholds a pick or the run is incomplete).
         """
+        pipeline, documents = cls.for_trial(run, trial_id)
+        pipeline.index(documents)
+        return pipeline
+
+    @classmethod
+    def for_trial(
+        cls, run: str | Path, trial_id: str, root: Path | None = None
+    ) -> tuple[RAGPipeline, list[Document]]:
+        """An empty pipeline of a finished trial of a run directory (a new collection at
+        ``root``, or in memory), running the models the trial was scored with and reading the
+        run's embedding cache, and the run's corpus for it to index. A generated set's cuts
+        (its queries' sentences, taken out to evaluate) are no part of a deployed corpus: its
+        documents are indexed whole, and only their changed chunks are embedded anew."""
         store = RunStore(run)
         manifest = store.manifest()
-        trial = find_trial(store, trial_id)
+        trial = chosen_trial(store, trial_id)
         dataset = manifest["dataset"]
-        fmt = manifest["config"]["dataset"].get("format")
-        labeled = load_dataset(
-            dataset["path"], format=fmt, split=dataset["split"], queries=dataset.get("queries")
-        )
+        labeled = store.dataset(whole=True)  # refused when the set changed since the run
         whole = whole_documents(dataset["path"]) if is_spans(Path(dataset["path"])) else None
         documents = labeled.documents if whole is None else whole
-        pipeline = cls(trial)
+        pipeline = cls.create(trial, root=root) if root is not None else cls(trial)
         cache = StageCache(Path(manifest["cache_root"]))
         if pipeline.env.llm_cache is not None:  # the run's LLM calls answer the pipeline's
             pipeline.env.llm_cache = LLMCache(manifest["cache_root"])
-        env = dataclasses.replace(pipeline.env, corpus=documents)
-        env.embeddings = cache.embeddings
-        sources = {"corpus": corpus_fingerprint(documents)}
-        models = _trained_models(manifest, trial, cache)
-        built = Execution(compile_plan(trial.configs, 1, sources), env, cache, models)
-        live = {s.name: built[s.name] for s in live_stages(pipeline.plan(1))}
-        pipeline._live = LiveExecution(pipeline.plan(1), pipeline.env, live, documents)
-        by_doc = pipeline._live.chunk_ids()
-        pipeline._docs = {d.id: (d.hash, by_doc.get(d.id, {})) for d in documents}
-        return pipeline
+        pipeline.env.embeddings = cache.embeddings
+        pipeline._live.keep(_trained_models(manifest, trial, cache))
+        return pipeline, list(documents)
 
     # ------------------------------------------------------------ plan and resources
 
@@ -364,56 +396,80 @@ class RAGPipeline:
         return self.env.embedder(config, model=model)
 
     @property
-    def chunks(self) -> dict[str, Chunk]:
-        """The indexed chunks by id (of the chunking results refer to)."""
-        values = self._live.index_values() if self._docs else None
+    def chunks(self) -> Mapping[str, Chunk]:
+        """The indexed chunks by id (of the chunking results refer to; in a collection on
+        disk, looked up when asked)."""
+        values = self._live.index_values()
         chunks = (values or {}).get(self.plan(1).chunks)
         return chunks.by_id if chunks is not None else {}
 
     @property
     def document_ids(self) -> list[str]:
         """Ids of the indexed documents."""
-        return list(self._docs)
+        return self._store.document_ids()
 
     # ------------------------------------------------------------ indexing
 
-    def index(self, source: Iterable[Document], replace: bool = False) -> IndexReport:
-        """Add new and changed documents; unchanged ones are skipped, failures reported. A
-        loader that skipped all it read (a binary file) is a ``DataError`` naming what it
-        skipped, before anything changes. A document whose id was indexed from another
-        source (the folder, file or URL a loader reads: ``origin``) is a ``DataError`` unless
-        ``replace``: two folders holding ``README.md`` never overwrite each other silently
-        (the documents indexed before it stay indexed)."""
+    def index(
+        self,
+        source: Iterable[Document],
+        replace: bool = False,
+        progress: Callable[[IndexReport], object] | None = None,
+    ) -> IndexReport:
+        """Add new and changed documents, a batch at a time; unchanged ones are skipped,
+        failures reported, and ``progress`` hears the report after each batch. A loader that
+        skipped all it read (a binary file) is a ``DataError`` naming what it skipped, before
+        anything changes. A document whose id was indexed from another source (the folder,
+        file or URL a loader reads: ``origin``) is a ``DataError`` unless ``replace``: two
+        folders holding ``README.md`` never overwrite each other silently (the batches indexed
+        before it stay indexed). Given a loader's folder or file again, documents indexed from
+        it that it no longer gives are removed. In a collection on disk each batch commits as
+        it is done (a killed ingest keeps every finished batch; the same call again goes on
+        where it stopped), and its indexes are written out every few minutes and at the end."""
         started = time.perf_counter()
         report = IndexReport()
         where = origin(source)
-        with telemetry.span("ingest", label=self._label) as span:
+        with telemetry.span("ingest", label=self._label) as span, self._store.seen() as seen:
             batch: list[Document] = []
             for doc in source:
                 report.documents_loaded += 1
-                known = self._docs.get(doc.id)
-                before = self._origins.get(doc.id, "")
-                if known is not None and before and where and before != where and not replace:
+                seen(doc.id)
+                known = self._store.document(doc.id)
+                if (
+                    known is not None
+                    and known.origin
+                    and where
+                    and known.origin != where
+                    and not replace
+                ):
                     raise DataError(
                         f"{doc.source or where}: document id {doc.id!r} is in the collection "
-                        f"already, indexed from {before}; ingest the folders' common parent "
-                        "(ids then start with each folder's name), or into another collection, "
-                        "or replace it (replace=True / --replace)"
+                        f"already, indexed from {known.origin}; ingest the folders' common "
+                        "parent (ids then start with each folder's name), or into another "
+                        "collection, or replace it (replace=True / --replace)"
                     )
-                if known is not None and known[0] == doc.hash:
+                if known is not None and known.hash == doc.hash:
+                    if where and not known.origin:  # a run's document, now from its folder
+                        self._store.adopt(doc.id, where)
                     report.documents_unchanged += 1
                     continue
                 batch.append(doc)
                 if len(batch) >= _BATCH_DOCS:
-                    self._index_batch(batch, report, where)
+                    self._index_batch(batch, report, where, progress)
                     batch = []
-            problems = getattr(getattr(source, "report", None), "problems", [])
-            if not report.documents_loaded and problems:
-                more = f" (and {len(problems) - 1} more skipped)" if len(problems) > 1 else ""
-                raise DataError(f"{problems[0].path}: nothing loaded: {problems[0].reason}{more}")
-            self._index_batch(batch, report, where)
+            loaded = getattr(source, "report", None)
+            loaded = loaded if isinstance(loaded, LoadReport) else LoadReport()
+            problems = loaded.problems
+            if not report.documents_loaded and loaded.passed_over:  # skipped, or left out
+                raise DataError(loaded.nothing_loaded(getattr(source, "path", where)))
+            self._index_batch(batch, report, where, progress)
+            if where:
+                for doc_id in self._store.unseen(where):
+                    report.chunks_removed += self.delete_document(doc_id)
+                    report.documents_removed += 1
             span.set(documents=report.documents_indexed, chunks=report.chunks_stored)
         report.skipped = list(problems)
+        self._snapshot(force=True)
         report.duration_s = time.perf_counter() - started
         return report
 
@@ -421,32 +477,71 @@ class RAGPipeline:
         """Re-index one document (its old chunks are replaced only if the new ones embed)."""
         return self.index([document])
 
-    def _index_batch(self, docs: Sequence[Document], report: IndexReport, where: str) -> None:
-        """Add the batch through the live execution and record what it did."""
+    def _index_batch(
+        self,
+        docs: Sequence[Document],
+        report: IndexReport,
+        where: str,
+        progress: Callable[[IndexReport], object] | None,
+    ) -> None:
+        """Add the batch through the live execution, committing its documents, chunks and
+        shard together, and record what it did."""
         if not docs:
             return
-        added = self._live.extend(docs, [d.id for d in docs if d.id in self._docs])
+        number = self._store.last_batch() + 1
+        replacing = [d.id for d in docs if self._store.document(d.id) is not None]
+        keep_text = self._live.documents() is not None
+        with self._store.batch():
+            added = self._live.extend(docs, replacing, number)
+            if self._root is not None:
+                try:
+                    write_shard(self._root, self.plan(1), number, added.batch)
+                except OSError as exc:
+                    what = (
+                        f"writing batch {number} of collection {self._root.name!r}; the "
+                        "batches before it are kept and the same ingest goes on from there"
+                    )
+                    raise write_failure(self._root.parent, what, exc) from None
+            for doc in docs:
+                if doc.id in added.chunks:
+                    self._store.put_document(doc, where, number, keep_text)
+            self._store.record_batch(number, added.removed, len(added.chunks))
         report.errors.extend(added.errors)
-        hashes = {doc.id: doc.hash for doc in docs}
-        for doc_id, chunk_ids in added.chunks.items():
-            if doc_id in self._docs:
-                report.chunks_removed += len(self._docs[doc_id][1].get(_CHUNKS, []))
-            self._docs[doc_id] = (hashes[doc_id], chunk_ids)
-            if where:
-                self._origins[doc_id] = where
+        for chunk_ids in added.chunks.values():
             report.chunks_created += len(chunk_ids[_CHUNKS])
             report.chunks_stored += len(chunk_ids[_CHUNKS])
+        report.chunks_removed += len(added.removed.get(_CHUNKS, []))
         report.documents_indexed += len(added.chunks)
+        if progress is not None:
+            progress(report)
+        self._snapshot()
+
+    def embedding_work(
+        self, docs: Sequence[Document]
+    ) -> list[tuple[ComponentConfig, TunedModel | None, list[str]]]:
+        """What indexing ``docs`` will embed: per embedder the trial indexes with (its config
+        and trained model), the texts of the documents' chunks — for embedding them elsewhere
+        first (``ragbench.ingest``: on Dask workers) into the cache indexing reads."""
+        chunked = self._live.chunked(docs)
+        work = []
+        for stage in self.plan(1).index_stages():
+            if stage.update != "batch" or stage.config is None:
+                continue
+            model = self._live[stage.inputs[1]] if len(stage.inputs) > 1 else None
+            texts = [c.text for c in chunked[stage.inputs[0]].chunks]
+            work.append((stage.config, model, texts))
+        return work
 
     def delete_document(self, doc_id: str) -> int:
         """Remove a document and its chunks; returns the number of chunks removed."""
-        known = self._docs.pop(doc_id, None)
-        self._origins.pop(doc_id, None)
-        if known is None:
+        if self._store.document(doc_id) is None:
             return 0
-        with telemetry.span("delete", label=self._label):
-            self._live.delete([doc_id])
-        return len(known[1].get(_CHUNKS, []))
+        number = self._store.last_batch() + 1
+        with telemetry.span("delete", label=self._label), self._store.batch():
+            removed = self._live.delete([doc_id])
+            self._store.delete_documents([doc_id])
+            self._store.record_batch(number, removed, 0)
+        return len(removed.get(_CHUNKS, []))
 
     # ------------------------------------------------------------ retrieval
 
@@ -462,7 +557,7 @@ class RAGPipeline:
         once; metadata ``filter``: exact match; ``retriever``: one of ``retrievers``)."""
         plan = self.plan(k, retriever)
         env = dataclasses.replace(self.env, queries=list(queries), filter=filter)
-        provided = self._live.index_values() if self._docs else None
+        provided = self._live.index_values() if self._store.count_documents() else None
         if provided is None:  # nothing indexed: no hit
             empty = np.full((len(queries), k), "", dtype=object)
             return Retrieval(Ranking(empty, np.full((len(queries), k), -np.inf)))
@@ -482,10 +577,9 @@ class RAGPipeline:
         """The top-``k`` chunks for ``query`` (metadata ``filter`` is an exact match)."""
         ranking = self.search([query], k, filter).ranking
         chunks = self.chunks
-        return [
-            Hit(chunks[cid], score, rank)
-            for rank, (cid, score) in enumerate(ranking.row(0), start=1)
-        ]
+        found = [(chunks.get(cid), score) for cid, score in ranking.row(0)]
+        kept = [(chunk, score) for chunk, score in found if chunk is not None]
+        return [Hit(chunk, score, rank) for rank, (chunk, score) in enumerate(kept, start=1)]
 
     def answer(self, question: str, k: int = 5) -> str:
         """The trial's generator's answer to ``question`` (``ConfigError`` without one)."""
@@ -525,20 +619,49 @@ class RAGPipeline:
 
     # ------------------------------------------------------------ persistence
 
+    @classmethod
+    def create(cls, trial: Trial, root: Path, score_threshold: float | None = None) -> RAGPipeline:
+        """A new, empty collection of ``trial`` in the folder ``root`` (a new or empty one,
+        or a collection of the same trial), its documents and chunks on disk as it indexes."""
+        if (root / CONFIG).is_file():
+            pipeline = cls.open(root)
+            if pipeline.trial.id != trial.id:
+                raise ConfigError(f"{root}: a collection of another configuration")
+            return pipeline
+        claim(root, "--collection", "collection")
+        config = {"trial": trial.effective(), "score_threshold": score_threshold}
+        (root / CONFIG).write_text(json.dumps(config, indent=2), "utf-8")
+        return cls(
+            trial, score_threshold=score_threshold, store=ChunkStore(root, create=True), root=root
+        )
+
     def save(self, path: Path | str) -> None:
-        """Write the collection to ``path`` atomically (replacing an older copy of it, never
-        a folder of other files) under its ``collection_lock``; when a write fails (a full
-        disk) the older copy stays and the error is one line naming the folder."""
+        """Write the collection to ``path``: a collection opened from there writes out its
+        indexes; any other is copied to ``path`` atomically (replacing an older copy of it,
+        never a folder of other files) under its ``collection_lock``. When a write fails (a
+        full disk) the older copy stays and the error is one line naming the folder."""
         target = Path(path)
+        if self._root is not None and target.resolve() == self._root.resolve():
+            self._snapshot(force=True)
+            return
         with collection_lock(target):
-            if target.exists() and not (owned(target) or (target / "pipeline.json").is_file()):
+            if target.exists() and not (owned(target, "collection") or (target / CONFIG).is_file()):
                 raise ConfigError(
                     f"{target}: a folder ragbench did not write, not a collection; it stays as "
                     "it is (choose another collection name or folder)"
                 )
             tmp = target.with_name(f".tmp-{uuid.uuid4().hex}-{target.name}")
             try:
-                self._write(tmp)
+                tmp.mkdir(parents=True)
+                mark(tmp, "collection")
+                config = {"trial": self.trial.effective(), "score_threshold": self.score_threshold}
+                (tmp / CONFIG).write_text(json.dumps(config, indent=2), "utf-8")
+                copy = self._store.copy_to(tmp)
+                last = self._store.last_batch()
+                write_snapshot(tmp, self.plan(1), self._live.live_values(), last)
+                with copy.batch():
+                    copy.set(SNAPSHOT, str(last))
+                copy.close()
             except OSError as exc:
                 shutil.rmtree(tmp, ignore_errors=True)
                 what = f"saving collection {target.name!r}; it is unchanged"
@@ -549,56 +672,49 @@ class RAGPipeline:
             os.replace(tmp, target)
             shutil.rmtree(old, ignore_errors=True)
 
-    def _write(self, folder: Path) -> None:
-        """Every file of the collection, into the new ``folder``, sealed with their checksums
-        (``index.cache.seal``: ``_read`` tells a damaged file)."""
-        folder.mkdir(parents=True)
-        mark(folder, "collection")
-        config = {"trial": self.trial.effective(), "score_threshold": self.score_threshold}
-        (folder / "pipeline.json").write_text(json.dumps(config, indent=2), "utf-8")
-        docs = {
-            d: {"hash": h, "chunks": ids, **_given("origin", self._origins.get(d))}
-            for d, (h, ids) in self._docs.items()
-        }
-        (folder / "documents.json").write_text(json.dumps(docs), "utf-8")
-        corpus = self._live.documents()
-        if corpus is not None:
-            rows = [[d.id, d.text, d.metadata] for d in corpus]
-            (folder / "corpus.json").write_text(json.dumps(rows), "utf-8")
-        values = self._live.live_values()
-        for stage in live_stages(self.plan(1)):
-            if values.get(stage.name) is not None:
-                stage_folder = folder / "stages" / _folder(stage.name)
-                stage_folder.mkdir(parents=True)
-                stage.codec.save(values[stage.name], stage_folder)
-        seal(folder)
+    def _snapshot(self, force: bool = False) -> None:
+        """Write out the indexes of a collection on disk, when ``force`` or every few minutes
+        of indexing (a reader replays the batches after the last snapshot)."""
+        if self._root is None:
+            return
+        if not force and time.monotonic() - self._snapshot_at < SNAPSHOT_SECONDS:
+            return
+        last = self._store.last_batch()
+        if int(self._store.get(SNAPSHOT, "-1") or -1) != last:
+            try:
+                write_snapshot(self._root, self.plan(1), self._live.live_values(), last)
+            except OSError as exc:
+                what = (
+                    f"writing the indexes of collection {self._root.name!r}; its documents "
+                    "are committed and opening it rebuilds the indexes from them"
+                )
+                raise write_failure(self._root.parent, what, exc) from None
+            with self._store.batch():
+                self._store.set(SNAPSHOT, str(last))
+            prune(self._root, last)
+        if force:
+            self._store.checkpoint()
+        self._snapshot_at = time.monotonic()
 
     @classmethod
-    def open(cls, path: Path | str, waiting: Callable[[str], object] | None = None) -> RAGPipeline:
-        """Reopen a collection written by ``save`` (under its ``collection_lock``, so never
-        half-way through a save — ``waiting`` hears when it waits for one; without the lock
-        where no lock file can be made, such as a read-only folder, which no save can be
-        writing either)."""
+    def open(cls, path: Path | str) -> RAGPipeline:
+        """Reopen a collection: its indexes as last written out, brought up to date with the
+        batches committed since (an ingest still running, or one that was killed, leaves them
+        behind), its documents and chunks read from disk as they are asked for. A reader
+        never waits for a writer: it sees the batches committed when it opens."""
         root = Path(path)
-        if not root.parent.is_dir():
-            raise DataError(f"{root}: not a ragbench collection (no pipeline.json)")
-        with collection_lock(root, writing=False, waiting=waiting):
-            return cls._read(root)
+        if not (root / CONFIG).is_file():
+            raise DataError(f"{root}: not a ragbench collection (no {CONFIG})")
+        return cls._read(root)
 
     @classmethod
     def _read(cls, root: Path) -> RAGPipeline:
-        """The collection at ``root``, each file checked where it is read — against the
-        checksums ``save`` sealed it with, then for what it holds — so that a damaged one is
-        one ``DataError`` naming it, never a parser's traceback."""
-        if not (root / "pipeline.json").is_file():
-            raise DataError(f"{root}: not a ragbench collection (no pipeline.json)")
-        damage = seal_damage(root)
-        if damage is not None:
-            raise DataError(f"{damage}: the collection changed since it was saved; {_AGAIN}")
-        file = root / "pipeline.json"
+        """The collection at ``root``, each file checked where it is read, so that a damaged
+        one is one ``DataError`` naming it, never a parser's traceback."""
+        file = root / CONFIG
         shape = {"trial?": dict, "score_threshold": (float, type(None))}
         config = read_json(file, shape, "collection config")
-        if "trial" not in config:
+        if "trial" not in config or not (root / STORE_FILE).is_file():
             raise DataError(
                 f"{root}: a collection of an older ragbench version; ingest its source again"
             )
@@ -606,34 +722,36 @@ class RAGPipeline:
             trial = pipeline_trial(config["trial"])
         except ConfigError as exc:
             raise DataError(f"{file}: {exc}") from None
-        pipeline = cls(trial, score_threshold=config["score_threshold"])
-        values = {}
-        for stage in live_stages(pipeline.plan(1)):
-            folder = root / "stages" / _folder(stage.name)
-            if folder.is_dir():
-                try:
-                    values[stage.name] = stage.codec.load(folder)
-                except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:  # unsealed
-                    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                    raise DataError(f"{folder}: unreadable ({reason}); {_AGAIN}") from None
-        docs = read_json(root / "documents.json", _DOCUMENTS, "collection document list")
-        pipeline._docs = {d: (v["hash"], v["chunks"]) for d, v in docs.items()}
-        pipeline._origins = {d: v["origin"] for d, v in docs.items() if v.get("origin")}
-        corpus = []
-        if (root / "corpus.json").is_file():
-            rows = read_json(root / "corpus.json", [list], "collection corpus")
-            for number, row in enumerate(rows, 1):
-                if not (len(row) == 3 and _is_document(*row)):
-                    raise DataError(
-                        f"{root / 'corpus.json'}: row {number} is not [id, text, metadata] "
-                        f"(two strings and a JSON object); {_AGAIN}"
-                    )
-            corpus = [Document(i, text, meta) for i, text, meta in rows]
-        pipeline._live = LiveExecution(pipeline.plan(1), pipeline.env, values, corpus)
+        store = ChunkStore(root)
+        pipeline = cls(trial, score_threshold=config["score_threshold"], store=store, root=root)
+        plan = pipeline.plan(1)
+        snapshot = int(store.get(SNAPSHOT, "-1") or -1)
+        values = {**pipeline._chunk_sets(), **load_snapshot(root, plan, snapshot)}
+        corpus = list(store.corpus())
+        pipeline._live = LiveExecution(plan, pipeline.env, values, corpus)
+        for number, removed in store.batches(after=snapshot):
+            pipeline._live.replay(pipeline._batch_values(number), removed)
         return pipeline
 
+    def _batch_values(self, number: int) -> dict[str, Any]:
+        """What batch ``number`` extended the indexes with: its chunks (from the store) and its
+        document vectors (from its shard, or computed again when the shard is gone)."""
+        plan = self.plan(1)
+        values: dict[str, Any] = {
+            s.name: ChunkSet(self._store.batch_chunks(s.name, number))
+            for s in plan.index_stages()
+            if s.update == "append"
+        }
+        for stage in shard_stages(plan):
+            found = load_shard(self._root, stage, number) if self._root is not None else None
+            values[stage.name] = (
+                self._live.batch_value(stage.name, values) if found is None else found
+            )
+        return values
+
     def __repr__(self) -> str:
-        return f"RAGPipeline(documents={len(self._docs)}, chunks={len(self.chunks)})"
+        documents = self._store.count_documents()
+        return f"RAGPipeline(documents={documents}, chunks={len(self.chunks)})"
 
 
 def _first_stage(execution: Execution) -> tuple[dict[str, Ranking], dict[str, str]]:
@@ -655,6 +773,19 @@ def _first_stage(execution: Execution) -> tuple[dict[str, Ranking], dict[str, st
     return found, scales
 
 
+def collection_version(path: Path | str) -> tuple[int, int] | None:
+    """What changes when a collection at ``path`` is worth opening again: its folder (a save
+    swaps in a new one) and its last written-out indexes (an ingest writes them every few
+    minutes and at its end); None when it is gone."""
+    root = Path(path)
+    try:
+        folder = os.stat(root).st_ino
+        names = os.listdir(root / SNAPSHOTS)
+    except OSError:
+        return None if not root.is_dir() else (root.stat().st_ino, -1)
+    return folder, max((int(n) for n in names if n.isdigit()), default=-1)
+
+
 def origin(source: Iterable[Document]) -> str:
     """Where a loader reads its documents from — the real path of its folder or file, or its
     URL — or "" for documents from elsewhere (made in code, a run's labeled set)."""
@@ -663,21 +794,3 @@ def origin(source: Iterable[Document]) -> str:
         return url
     path = getattr(source, "path", None)
     return os.path.realpath(path) if isinstance(path, Path) else ""
-
-
-_AGAIN = "ingest its source again"
-_DOCUMENTS = {"*": {"hash": str, "chunks": {"*": [str]}, "origin?": str}}
-
-
-def _is_document(doc_id: Any, text: Any, metadata: Any) -> bool:
-    """Whether a row of ``corpus.json`` holds a document's id, text and metadata."""
-    return isinstance(doc_id, str) and isinstance(text, str) and isinstance(metadata, dict)
-
-
-def _given(key: str, value: str | None) -> dict[str, str]:
-    """``{key: value}``, or nothing when there is no value."""
-    return {key: value} if value else {}
-
-
-def _folder(stage_name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", stage_name)

@@ -10,9 +10,11 @@ entry-point group (each entry point is imported, and registers on import). See A
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import importlib
 import json
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -30,6 +32,7 @@ from pydantic import (
     ValidationInfo,
     field_validator,
 )
+from pydantic_core import ErrorDetails
 
 from ragbench.errors import ConfigError
 
@@ -42,9 +45,11 @@ __all__ = [
     "axes",
     "component_field",
     "components",
+    "described",
     "format_validation_error",
     "redundancy",
     "register_axis",
+    "validation_problem",
 ]
 
 T = TypeVar("T")
@@ -215,28 +220,112 @@ def _format_loc(prefix: str, loc: tuple[Any, ...]) -> str:
 
 
 def format_validation_error(prefix: str, error: ValidationError) -> str:
-    """Render a pydantic error as ``key.path: what is wrong (got value)`` lines."""
-    lines = []
+    """Render a pydantic error as ``key.path: what is wrong (got value)`` lines, in the words of
+    YAML and JSON (``validation_problem``); the members of a union a value fits none of are one
+    line (``Input should be 'english' or 'none' or a list (got 5)``)."""
+    found: dict[tuple[Any, ...], tuple[list[str], str]] = {}
     items = error.errors()
-    locs = [tuple(i["loc"]) for i in items]
-    for item in items:
-        own = tuple(item["loc"])
-        if any(len(other) > len(own) and other[: len(own)] == own for other in locs):
+    locs = [_key_path(i["loc"]) for i in items]
+    for item, loc in zip(items, locs, strict=True):
+        if any(len(other) > len(loc) and other[: len(loc)] == loc for other in locs):
             continue  # a parent's summary of a child error already reported in detail
-        loc = tuple(
-            p for p in item["loc"] if not (isinstance(p, str) and p.startswith("function-"))
-        )
-        msg = str(item["msg"]).removeprefix("Value error, ")
+        msg, got = validation_problem(item)
         if msg.startswith("@"):  # a nested component error already carrying its own key path
             sub, _, msg = msg[1:].partition(": ")
             loc = (*loc, *(p for p in sub.split(".") if p))
-        got = ""
-        if item["type"] not in {"value_error", "missing", "extra_forbidden"} and "input" in item:
-            got = f" (got {item['input']!r})"
-        if item["type"] == "extra_forbidden":
-            msg = "unknown key"
-        lines.append(f"{_format_loc(prefix, loc)}: {msg}{got}")
+        said, _ = found.setdefault(loc, ([], got))
+        if msg not in said:
+            said.append(msg)
+    lines = []
+    for loc, (said, got) in found.items():
+        if len(said) > 1 and all(m.startswith(_SHOULD) for m in said):
+            said = [_SHOULD + " or ".join(m.removeprefix(_SHOULD) for m in said)]
+        lines.append(
+            f"{_format_loc(prefix, loc)}: {'; or '.join(said)}{f' (got {got})' if got else ''}"
+        )
     return "\n".join(lines)
+
+
+_SHOULD = "Input should be "
+# what pydantic puts in an error's key path besides keys: a validator, a union's member
+_NOT_A_KEY = re.compile(r"function-.*|[a-z][\w-]*\[.*\]|str|int|float|bool|bytes|none")
+
+
+def _key_path(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """The keys and indexes of a pydantic error's ``loc``, without its validators and the
+    members of a union it names (``tuple[str, ...]``)."""
+    return tuple(p for p in loc if not (isinstance(p, str) and _NOT_A_KEY.fullmatch(p)))
+
+
+# pydantic's words for Python's types, and those of YAML and JSON
+_TYPE_WORDS = (
+    (
+        re.compile(r"a valid dictionary(?: or (?:instance of \w+|object to extract fields from))?"),
+        "a mapping of keys to values",
+    ),
+    (re.compile(r"a valid (?:tuple|list|set|frozenset)\b"), "a list"),
+    (re.compile(r"^(?:Tuple|Set|Frozenset|Frozen set) should"), "List should"),
+    (re.compile(r"^Dictionary should"), "Mapping should"),
+    (re.compile(r"^Input should be None$"), "Input should be null"),
+)
+
+
+def validation_problem(item: ErrorDetails) -> tuple[str, str]:
+    """What pydantic's error ``item`` says is wrong, in the words of YAML and JSON rather than
+    Python's (a mapping, a list, null), and the value it got as ``described`` ("" when the
+    message says it all); a date, a number or true/false where text is expected gets the hint
+    to quote it."""
+    msg = str(item["msg"]).removeprefix("Value error, ")
+    for pattern, words in _TYPE_WORDS:
+        msg = pattern.sub(words, msg)
+    kind = item["type"]
+    if kind == "extra_forbidden":
+        return "unknown key", ""
+    if kind in {"value_error", "missing"} or "input" not in item:
+        return msg, ""
+    value = item["input"]
+    got = described(value)
+    if kind == "string_type" and isinstance(value, int | float | datetime.date):
+        got += "; quote it to make it text"
+    return msg, got
+
+
+def described(value: Any, limit: int = 80) -> str:
+    """``value``, read from YAML or JSON, as those write it (``null``, ``true``, ``"text"``,
+    ``[1, 2]``), saying what it is where the reader might take it for something else: a date,
+    binary data, a list, a mapping; at most about ``limit`` characters."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, datetime.datetime):
+        return f"the date and time {value.isoformat(sep=' ')}"
+    if isinstance(value, datetime.date):
+        return f"the date {value.isoformat()}"
+    if isinstance(value, bytes | bytearray):
+        return f"binary data ({len(value)} bytes)"
+    what = ""
+    if isinstance(value, Mapping):
+        what = "a mapping "
+    elif isinstance(value, list | tuple | set | frozenset):
+        what, value = "a list ", list(value)
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=_jsonable)
+    except (TypeError, ValueError):  # keys JSON cannot hold, a circular value
+        text = repr(value)
+    return what + (text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def _jsonable(value: Any) -> Any:
+    """A value JSON has no form for, as JSON can write it: a config as its mapping, a date or
+    binary data in words."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, datetime.date | bytes | bytearray):
+        return described(value)
+    return repr(value)
 
 
 class Registry(Generic[T]):
@@ -303,7 +392,7 @@ class Registry(Generic[T]):
             spec = {"kind": spec}
         if not isinstance(spec, Mapping):
             raise ConfigError(
-                f"{where}: expected a mapping with a 'kind' key, got {type(spec).__name__}"
+                f"{where}: expected a mapping with a 'kind' key, got {described(spec)}"
             )
         kind = spec.get("kind")
         if kind not in self._kinds:

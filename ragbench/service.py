@@ -223,12 +223,14 @@ def search(
         name: {cid: Found(rank=rank, score=score) for rank, (cid, score) in enumerate(r.row(0), 1)}
         for name, r in sorted(found.found.items())
     }
-    hits = []
-    for rank, (cid, score) in enumerate(found.ranking.row(0), start=1):
-        chunk = chunks[cid]
+    hits: list[SearchHit] = []
+    for cid, score in found.ranking.row(0):
+        chunk = chunks.get(cid)
+        if chunk is None:  # replaced by an ingest after the indexes were written out
+            continue
         hits.append(
             SearchHit(
-                rank=rank,
+                rank=len(hits) + 1,
                 score=score,
                 chunk_id=cid,
                 doc_id=chunk.doc_id,

@@ -605,7 +605,7 @@ CASES = [
             "--collection",
             "blob",
         ],
-        "blob.txt: nothing loaded: binary file",
+        "blob.txt: no documents loaded: binary file",
         absent="db/blob",
     ),
     run(

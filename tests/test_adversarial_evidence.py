@@ -1,8 +1,11 @@
 """Evidence is checked before it is reported: a report and the answer a sweep prints say when
-the run is incomplete, when the corpus is too small to separate the trials (then there is no
-pick), when a model trained on the evaluated queries, and when selection and reporting share
-queries; the dry run counts the fine-tuning steps training takes, and refuses what the run
-refuses."""
+the run is incomplete (or still running), when the corpus is too small to separate the trials
+(then there is no pick), when a model trained on the evaluated queries (or was fine-tuned from
+one that did), when selection and reporting share queries, when judged queries no ranking can
+answer were left out, and when only the first queries were scored; ``--trial best`` is the
+report's pick and is refused where the report makes none; a resume of another sweep, and a run
+whose dataset changed since, are refused; ``eval`` says how many queries it scored; the dry
+run counts the fine-tuning steps training takes, and refuses what the run refuses."""
 
 from __future__ import annotations
 
@@ -19,12 +22,14 @@ import yaml
 from ragbench.cli import main
 from ragbench.data import load_dataset
 from ragbench.data.pairs import generated_pairs, split_pairs
+from ragbench.errors import DataError
 from ragbench.experiment.runner import dry_run, run
-from ragbench.experiment.store import TrialResult
+from ragbench.experiment.store import RunStore, TrialResult
 from ragbench.index.embedders import SentenceTransformerConfig, SentenceTransformerEmbedder
 from ragbench.index.finetune import FinetuneConfig, planned_steps, train
 from ragbench.report.compare import compare_runs
 from ragbench.report.markdown import answer_lines
+from ragbench.report.pick import chosen_trial
 from ragbench.report.report import Report
 from tests import test_finetune
 from tests.adversarial import HASHING
@@ -340,7 +345,7 @@ def test_a_model_trained_on_the_queries_a_run_reports_on_is_refused(
 def test_trials_fine_tuned_on_the_selection_split_are_said_to_be(
     beir: Path, tiny_encoder: Path, tmp_path: Path
 ) -> None:
-    tuning = {"pairs": "select", "epochs": 1, **FAST}
+    tuning = {"pairs": "select", "epochs": 6, **FAST}
     config = _dense(beir, tiny_encoder, select_on="train", report_on="test")
     config["sweep"]["embedder"][0]["finetune"] = tuning
     config["name"] = "tuned"
@@ -444,3 +449,225 @@ def test_the_dry_run_refuses_what_the_run_refuses(
     dry = _refused(["run", path, "--dry-run"], capsys)
     real = _refused(["run", path, "--out", str(out)], capsys)
     assert said in dry and dry == real and not out.exists()
+
+
+# ---------------------------------------------------------------- --trial best: the report's pick
+
+
+def _best_refused(run_dir: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> str:
+    """``export ragas`` and ``ingest --from-run`` with ``--trial best`` refuse ``run_dir`` in
+    the same one line (exit 2) and write nothing; the line."""
+    out = tmp_path / "export.jsonl"
+    said = _refused(["export", "ragas", str(run_dir), "--trial", "best", "--out", str(out)], capsys)
+    db = tmp_path / "db"
+    argv = ["ingest", "--from-run", str(run_dir), "--trial", "best", "--db", str(db)]
+    deployed = _refused([*argv, "--collection", "c"], capsys)
+    assert said.split(": ", 1)[1] == deployed.split(": ", 1)[1]
+    assert not out.exists() and not (db / "c").exists()
+    assert f"--trial best: {run_dir}: " in said and "pass --trial ID" in said
+    return said
+
+
+def test_trial_best_is_refused_where_the_report_recommends_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = _tiny_run(tmp_path, {}, ON_SEGMENTS)
+    assert code == 0 and "Recommendation: none" in capsys.readouterr().out
+    said = _best_refused(out, capsys, tmp_path)
+    assert "its report recommends no trial: these queries cannot separate the trials" in said
+    trial = pd.read_parquet(out / "trials.parquet")["trial_id"].iloc[0]  # named: deployed
+    exported = tmp_path / "named.jsonl"
+    assert main(["export", "ragas", str(out), "--trial", trial, "--out", str(exported)]) == 0
+
+
+def test_trial_best_is_refused_on_a_run_some_trials_never_ran_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _interrupted(_config(DEMO), tmp_path / "run", trials=1)
+    said = _best_refused(out, capsys, tmp_path)
+    assert "1 of 6 planned trials finished and 5 never ran" in said
+    assert "`ragbench run --resume` finishes the run" in said
+
+
+def test_trial_best_is_refused_on_a_run_of_one_query(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _yaml(tmp_path / "one.yaml", _config(DEMO, {"kind": "bm25"}, {"kind": "dense"}))
+    out = tmp_path / "run"
+    assert main(["run", config, "--out", str(out), "--limit-queries", "1"]) == 0
+    assert "the run scored 1 query, and its report needs 2" in _best_refused(out, capsys, tmp_path)
+
+
+def test_trial_best_is_the_trial_the_report_recommends(tmp_path: Path) -> None:
+    out = run(_config(DEMO), tmp_path / "run", limit_queries=10, progress=False).path
+    report = Report.from_run(out)
+    assert report.evidence.withheld is None
+    assert chosen_trial(out, "best").id == report.recommendation().best
+
+
+# ---------------------------------------------------------------- a run still running
+
+
+def test_a_run_still_running_is_said_to_be_and_not_to_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _interrupted(_config(DEMO), tmp_path / "run", trials=2)
+    with RunStore(out).hold():  # another process's run, as far as any reader can tell
+        answer, md, page = _said(Report.from_run(out), tmp_path / "live")
+        said = "2 of 6 planned trials finished; the other 4 have not run yet (the run is still"
+        assert said in answer and said in md and said in page
+        assert "--resume" not in answer + md and "Run still running" in answer
+        _, warnings = compare_runs([out])
+        assert said in warnings[0] and "--resume" not in warnings[0]
+        assert "the run is still running" in _best_refused(out, capsys, tmp_path)
+    answer = "\n".join(answer_lines(Report.from_run(out)))  # stopped: resume it
+    assert "the other 4 never ran (the run stopped before them: ragbench run --resume" in answer
+
+
+# ---------------------------------------------------------------- resuming another sweep
+
+
+def test_resuming_a_run_with_another_sweep_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = _config(DEMO, {"kind": "bm25"}, {"kind": "dense"})
+    other = _config(DEMO, {"kind": "bm25"}, {"kind": "dense"})
+    other["sweep"]["chunker"] = [{"kind": "recursive", "size": 800}]
+    a, b = _yaml(tmp_path / "a.yaml", first), _yaml(tmp_path / "b.yaml", other)
+    out = tmp_path / "run"
+    assert main(["run", a, "--out", str(out), "--limit-queries", "5", "--no-report"]) == 0
+    before = (out / "trials.parquet").read_bytes()
+    argv = ["run", b, "--out", str(out), "--limit-queries", "5", "--resume"]
+    err = _refused(argv, capsys)
+    assert f"{out}: cannot resume, the sweep changed since the run started (2 of its 2" in err
+    assert (out / "trials.parquet").read_bytes() == before
+    # agreement reuses its two runs: another config's are refused, not mixed in
+    agreement = ["datasets", "agreement", str(DEMO), str(DEMO), "--limit-queries", "5"]
+    assert main([*agreement, "--config", a, "--out", str(tmp_path / "agr")]) == 0
+    err = _refused([*agreement, "--config", b, "--out", str(tmp_path / "agr")], capsys)
+    assert "cannot resume, the sweep changed since the run started" in err
+    assert "--overwrite" in err
+
+
+# ---------------------------------------------------------------- queries no trial can answer
+
+
+def _lab(root: Path, judged: list[tuple[str, str]]) -> Path:
+    """A folder of the demo's concept documents labeled by ``judged`` (text, document)."""
+    root.mkdir()
+    for doc in (DEMO / "corpus" / "concepts").glob("*.md"):
+        (root / doc.name).write_text(doc.read_text("utf-8"), "utf-8")
+    rows = [{"id": f"q{i}", "text": t, "qrels": {d: 1}} for i, (t, d) in enumerate(judged)]
+    (root / "queries.jsonl").write_text(jsonl(rows), "utf-8")
+    return root
+
+
+ANSWERABLE = [
+    ("how does compaction keep the latest value of a key", "compaction.md"),
+    ("what is a segment file", "segments.md"),
+    ("how are replicas kept in sync", "replication.md"),
+    ("what does tiered storage move to object storage", "tiered-storage.md"),
+]
+GONE = [("where did this page go", "removed-doc.md"), ("a page in a gone folder", "gone/x.md")]
+
+
+def test_queries_judging_only_missing_documents_are_left_out_and_said_to_be(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lab = _lab(tmp_path / "lab", ANSWERABLE + GONE)
+    config = _config(lab, {"kind": "bm25"}, {"kind": "dense"})
+    out = run(config, tmp_path / "run", progress=False).path
+    manifest = json.loads((out / "manifest.json").read_text("utf-8"))
+    assert manifest["queries"]["count"] == 4
+    assert manifest["queries"]["left_out"] == {"missing_documents": 2}
+    assert set(pd.read_parquet(out / "queries.parquet")["query_id"]) == {"q0", "q1", "q2", "q3"}
+    answer, md, page = _said(Report.from_run(out), tmp_path / "report")
+    said = "2 of the 6 judged queries judge only documents the corpus does not hold"
+    assert said in answer and said in md and said in page
+    # every query unanswerable: refused before any trial, by the dry run too
+    lost = _yaml(tmp_path / "lost.yaml", _config(_lab(tmp_path / "lost", GONE)))
+    for command in (["--dry-run"], ["--out", str(tmp_path / "none")]):
+        err = _refused(["run", lost, *command], capsys)
+        assert "every judged query judges only documents its corpus does not hold" in err
+    assert not (tmp_path / "none").exists()
+
+
+def test_a_run_of_the_first_queries_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _yaml(tmp_path / "few.yaml", _config(DEMO, {"kind": "bm25"}, {"kind": "dense"}))
+    assert main(["run", config, "--out", str(tmp_path / "run"), "--limit-queries", "3"]) == 0
+    printed = capsys.readouterr().out
+    said = "the run scored the first 3 of the 117 queries it could evaluate (--limit-queries 3)"
+    assert f"Limited queries: {said}" in printed
+    assert said.replace("(--", "(`--").replace("3)", "3`)") in (
+        tmp_path / "run" / "report.md"
+    ).read_text("utf-8")
+
+
+# ---------------------------------------------------------------- a dataset changed since the run
+
+
+def test_a_run_whose_dataset_changed_is_neither_deployed_nor_exported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lab = _lab(tmp_path / "lab", ANSWERABLE)
+    out = run(_config(lab, {"kind": "bm25"}), tmp_path / "run", progress=False).path
+    trial = pd.read_parquet(out / "trials.parquet")["trial_id"].iloc[0]
+    (lab / "segments.md").write_text("Every document was edited since.", "utf-8")
+    said = f"{out / 'manifest.json'}: the dataset at {lab} changed since the run"
+    with pytest.raises(DataError, match="changed since the run"):
+        RunStore(out).dataset()
+    export = ["export", "ragas", str(out), "--trial", trial, "--out", str(tmp_path / "x.jsonl")]
+    assert said in _refused(export, capsys)
+    ingest = ["ingest", "--from-run", str(out), "--trial", trial, "--db", str(tmp_path / "db")]
+    assert said in _refused([*ingest, "--collection", "c"], capsys)
+    assert not (tmp_path / "db" / "c").exists()
+
+
+# ---------------------------------------------------------------- trained through a base model
+
+
+def test_a_model_fine_tuned_from_one_trained_on_the_reported_queries_is_refused(
+    beir: Path, tiny_encoder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    settings = json.dumps({"epochs": 1, **FAST})
+    argv = ["finetune", str(beir), "--split", "test", "--out", str(first)]
+    assert main([*argv, "--model", str(tiny_encoder), "--settings", settings]) == 0
+    generated = json.dumps({"queries": 8, **FAST})
+    argv = ["finetune", str(beir), "--pairs", "generated", "--out", str(second)]
+    assert main([*argv, "--model", str(first), "--settings", generated]) == 0
+    record = json.loads((second / "training.json").read_text("utf-8"))
+    assert record["base"] == str(first) and record["pairs"] != "split 'test' of beir"
+    config = _yaml(tmp_path / "second.yaml", _dense(beir, second))
+    err = _refused(["run", config, "--dry-run"], capsys)
+    assert f"model '{second}' was fine-tuned on 20 of the 20 queries this run reports on" in err
+    assert f"see {first / 'training.json'}, through the model it was fine-tuned from" in err
+    # a chain of records that comes back to a model is one line naming it
+    (second / "training.json").write_text(json.dumps({**record, "base": str(second)}), "utf-8")
+    err = _refused(["run", config, "--dry-run"], capsys)
+    assert f"{second / 'training.json'}: the models fine-tuned from one another" in err
+
+
+# ---------------------------------------------------------------- eval on part of the judged set
+
+
+def test_eval_says_how_many_queries_it_scored_and_which_the_run_lacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    qrels, part = tmp_path / "qrels.txt", tmp_path / "part.trec"
+    qrels.write_text("q1 0 d1 1\nq2 0 d2 1\n", "utf-8")
+    part.write_text("q1 Q0 d1 1 1.0 t\n", "utf-8")
+    assert main(["eval", "--qrels", str(qrels), "--run", str(part), "--metrics", "ndcg@10"]) == 0
+    printed = capsys.readouterr()
+    assert printed.out.splitlines() == [f"{'num_q':<22}\tall\t1", f"{'ndcg@10':<22}\tall\t1.0000"]
+    assert printed.err.strip() == (
+        f"{part}: 1 of the 2 queries judged in {qrels} is not in the run and left out of the "
+        "means (-c scores them 0)"
+    )
+    argv = ["eval", "--qrels", str(qrels), "--run", str(part), "--metrics", "ndcg@10", "-c"]
+    assert main(argv) == 0
+    printed = capsys.readouterr()
+    assert f"{'num_q':<22}\tall\t2" in printed.out and f"\tall\t{0.5:.4f}" in printed.out
+    assert not printed.err

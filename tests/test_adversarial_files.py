@@ -2,12 +2,15 @@
 
 A run folder's files (manifest, trials, per-query values, curves, queries, top chunks, answers,
 selection), a collection's files and label files that are damaged, truncated or written by
-another tool are one line naming the file and what was expected, exit 2, never a traceback
-(``tests.adversarial.check``). Caches are only caches: the LLM calls, the stage cache's
-entries, locks and areas, the embedding cache and training checkpoints detect damage, log it
-and are rebuilt, and a run never fails because of them. Label text UTF-8 cannot encode (a lone
-surrogate, which a JSON escape can spell) is refused the same way by ``datasets validate`` and
-``run``, and the refused run leaves no run folder.
+another tool — or that disagree with each other: values missing for a trial, a row twice — are
+one line naming the file and what was expected, exit 2, never a traceback
+(``tests.adversarial.check``); a reader of a run folder being written never sees half a file.
+A set without the split ``run`` evaluates is said to be by ``datasets validate``, and described
+by ``datasets info``; a cache root that does not exist is said not to. Caches are only caches:
+the LLM calls, the stage cache's entries, locks and areas, the embedding cache and training
+checkpoints detect damage, log it and are rebuilt, and a run never fails because of them. Label
+text UTF-8 cannot encode (a lone surrogate, which a JSON escape can spell) is refused the same
+way by ``datasets validate`` and ``run``, and the refused run leaves no run folder.
 """
 
 from __future__ import annotations
@@ -19,15 +22,19 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from ragbench.cli import main
 from ragbench.errors import DataError
+from ragbench.experiment.store import RunStore, TrialResult
 from ragbench.llm.cache import LLMCache
 from ragbench.testing import scripted_llm_server
 from tests.adversarial import (
@@ -50,7 +57,7 @@ _QUERIES = "queries.jsonl:1: "
 _COLLECTION = {
     "retriever": {"kind": "hybrid"},
     "embedder": HASHING,
-    "postprocess": {"kind": "window"},  # a collection then keeps its corpus: corpus.json
+    "postprocess": {"kind": "window"},  # a collection then keeps its documents' texts
 }
 
 
@@ -106,6 +113,28 @@ def _a_folder(path: Path) -> None:
 
 def _dropped(name: str) -> Callable[[Path], None]:
     return lambda path: pd.read_parquet(path).drop(columns=[name]).to_parquet(path)
+
+
+def _one_trial_short(path: Path) -> None:
+    """Every other per-query value of the last trial gone."""
+    frame = pd.read_parquet(path)
+    rows = frame.index[frame["trial_id"] == sorted(set(frame["trial_id"]))[-1]]
+    frame.drop(rows[::2]).to_parquet(path)
+
+
+def _a_row_twice(path: Path) -> None:
+    frame = pd.read_parquet(path)
+    pd.concat([frame, frame.iloc[[0]]]).to_parquet(path)
+
+
+def _last_rows_gone(path: Path) -> None:
+    pd.read_parquet(path).iloc[:-2].to_parquet(path)
+
+
+def _an_unknown_query(path: Path) -> None:
+    frame = pd.read_parquet(path)
+    frame.loc[frame.index[0], "query_id"] = "q-nowhere"
+    frame.to_parquet(path)
 
 
 # ---------------------------------------------------------------- run folders
@@ -235,6 +264,26 @@ RUN_FOLDERS = [
     _reading("resume", ".lock", _a_folder, ": cannot lock the run directory with it"),
     _reading("resume", "manifest.json", _edited(lambda m: m.pop("queries")), ": no 'queries'", "q"),
 ]
+# files of a run that disagree with each other: values missing for a trial, a row twice
+_SHORT = ": 3 of the 5 per-query values of trial"
+_QUERIES_GONE = ": 3 queries, and the run evaluated 5 (its manifest.json): 2 missing"
+RUN_FOLDERS += [
+    *(_reading(c, "per_query.parquet", _one_trial_short, _SHORT) for c in ("report", "export")),
+    _reading("ingest", "per_query.parquet", _one_trial_short, _SHORT),
+    _reading("report", "per_query.parquet", _a_row_twice, ": a value listed twice (ndcg@10 of"),
+    _reading(
+        "report",
+        "per_query.parquet",
+        _an_unknown_query,
+        ": a value of a query the run did not evaluate ('q-nowhere', which queries.parquet",
+    ),
+    *(
+        _reading(c, "trials.parquet", _a_row_twice, ": a trial listed 2 times (")
+        for c in ("report", "compare", "export", "ingest")
+    ),
+    *(_reading(c, "queries.parquet", _last_rows_gone, _QUERIES_GONE) for c in ("report", "export")),
+    _reading("report", "queries.parquet", _a_row_twice, ": a query listed twice ("),
+]
 
 
 # ---------------------------------------------------------------- collections
@@ -249,52 +298,59 @@ def _collection(work: Path) -> Path:
     return db / "c"
 
 
-def _damaged_collection(
-    work: Path, name: str, file: str, damage: Callable[[Path], None], sealed: bool = True
-) -> Path:
-    """A copy of the collection (in its own ``--db``) with ``file`` damaged; an unsealed one
-    has no checksums, as older versions saved collections."""
+def _damaged_collection(work: Path, name: str, file: str, damage: Callable[[Path], None]) -> Path:
+    """A copy of the collection (in its own ``--db``) with ``file`` damaged."""
     db = work / "damaged-db" / name.replace(" ", "-")
     if not db.exists():
         shutil.copytree(_collection(work), db / "c")
-        if not sealed:
-            (db / "c" / "meta.json").unlink()
         damage(db / "c" / file)
     return db
 
 
-def _searching(file: str, damage: Callable[[Path], None], names: str, sealed: bool = True) -> Case:
+def _searching(file: str, damage: Callable[[Path], None], names: str) -> Case:
     """``search`` of a collection whose ``file`` is damaged."""
-    name = f"search {file} {damage.__name__.strip('_')}{'' if sealed else ' unsealed'}"
+    name = f"search {file} {damage.__name__.strip('_')}"
 
     def argv(work: Path) -> list[str]:
-        db = _damaged_collection(work, name, file, damage, sealed)
+        db = _damaged_collection(work, name, file, damage)
         return ["search", "segments", "--db", str(db), "--collection", "c"]
 
     return cli(name.replace("/", " "), argv, names)
 
 
+def _rows(sql: str, name: str) -> Callable[[Path], None]:
+    """The store with ``sql`` run on it (an edit by hand, or another tool's)."""
+
+    def edit(path: Path) -> None:
+        with sqlite3.connect(path) as db:
+            db.execute(sql)
+
+    edit.__name__ = name
+    return edit
+
+
+_INDEX = "snapshots/0/dense_index/index/index.bin"
 COLLECTIONS = [
-    _searching("pipeline.json", _noise, "c/pipeline.json: 2048 bytes, expected"),
-    _searching("meta.json", _truncated, "c/meta.json: unreadable"),
-    _searching("documents.json", _truncated, "c/documents.json: "),
-    _searching("corpus.json", _noise, "c/corpus.json: "),
-    _searching("stages/chunks/chunks.parquet", _noise, "c/stages/chunks/chunks.parquet: "),
-    _searching("pipeline.json", _noise, "c/pipeline.json: not a readable", sealed=False),
+    _searching("pipeline.json", _noise, "c/pipeline.json: not a readable"),
     _searching(
         "pipeline.json",
         _edited(lambda c: c.update(score_threshold="high")),
         "c/pipeline.json: 'score_threshold' is a string, expected a number or null",
-        sealed=False,
+    ),
+    _searching("store.sqlite", _noise, "c/store.sqlite: not a readable collection store"),
+    _searching("store.sqlite", _truncated, "c/store.sqlite: not a readable collection store"),
+    _searching(_INDEX, _noise, "dense_index/index/index.bin: "),
+    _searching("snapshots/0/bm25_index/meta.json", _truncated, "bm25_index/meta.json: "),
+    _searching(
+        "store.sqlite",
+        _rows("UPDATE chunks SET metadata = 'not json'", "chunk metadata"),
+        "c/store.sqlite: the metadata of",
     ),
     _searching(
-        "documents.json",
-        _text("[]"),
-        "c/documents.json: the file is a list, expected a JSON object",
-        sealed=False,
+        "store.sqlite",
+        _rows("UPDATE documents SET metadata = '[1]'", "document metadata"),
+        "c/store.sqlite: the metadata of",
     ),
-    _searching("corpus.json", _text('[["a", 1]]'), "c/corpus.json: row 1 is not", sealed=False),
-    _searching("stages/chunks/chunks.parquet", _truncated, "c/stages/chunks: unreadable", False),
 ]
 
 
@@ -452,7 +508,8 @@ def test_a_cache_root_that_is_a_file_is_one_line_naming_it(
     assert main(given) == 2
     what = f"{file} is a file" if under else "is a file"
     assert capsys.readouterr().err.splitlines() == [
-        f"ragbench {argv[0]}: {flag} {file}{under}: {what}, not a folder"
+        f"ragbench {' '.join(a for a in argv if a in ('cache', 'info', 'clear', 'run'))}: "
+        f"{flag} {file}{under}: {what}, not a folder"
     ]
     assert not out.exists()
 
@@ -691,7 +748,7 @@ def test_a_damaged_training_checkpoint_is_dropped_and_training_starts_again(
 
 
 def test_serve_on_a_damaged_collection_is_one_line_naming_the_file(work: Path) -> None:
-    db = _damaged_collection(work, "serve documents", "documents.json", _truncated)
+    db = _damaged_collection(work, "serve store", "store.sqlite", _noise)
     done = subprocess.run(
         [sys.executable, "-m", "ragbench.cli", "serve", "--db", str(db), "--collection", "c"],
         capture_output=True,
@@ -701,4 +758,112 @@ def test_serve_on_a_damaged_collection_is_one_line_naming_the_file(work: Path) -
     )
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.strip().splitlines()
-    assert line.startswith(f"ragbench serve: {db / 'c' / 'documents.json'}: ")
+    assert line.startswith(f"ragbench serve: {db / 'c' / 'store.sqlite'}: ")
+
+
+# ---------------------------------------------------------------- a run folder being written
+
+
+def test_a_reader_of_a_run_being_written_never_sees_half_a_file(work: Path) -> None:
+    """One thread commits trials the way a sweep does (atomic replacements of the tables)
+    while another reads them: every read is whole, and its trials have all their values."""
+    folder = Path(_damaged(work, "live", "manifest.json", lambda path: None))  # a fresh copy
+    store = RunStore(folder)
+    finished = store.trials()
+    queries = list(store.queries()["query_id"])
+    results = [
+        TrialResult(
+            str(row.trial_id),
+            str(row.label),
+            {},
+            per_query={"ndcg@10": np.linspace(0.0, 1.0, len(queries))},
+            curves={"ndcg": np.linspace(0.0, 1.0, 10)},
+        )
+        for row in finished.itertuples()
+    ]
+    stop = threading.Event()
+
+    def commit() -> None:
+        written = 0
+        while not stop.is_set():
+            store.commit(results[written % len(results)], queries)
+            written += 1
+
+    writer = threading.Thread(target=commit)
+    writer.start()
+    reads = 0
+    try:
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            reader = RunStore(folder)
+            assert len(reader.trials()) == len(finished)
+            assert len(reader.per_query()) == len(finished) * len(queries)
+            reads += 1
+    finally:
+        stop.set()
+        writer.join()
+    assert reads >= 20
+
+
+# ---------------------------------------------------------------- the split a run evaluates
+
+
+def _train_only_spans(work: Path) -> str:
+    return _dataset(work, "train-only", [{**GOOD_Q, "split": "train"}], {"a.md": DOC})
+
+
+def _train_only_beir(work: Path) -> str:
+    root = work / "train-only-beir"
+    (root / "qrels").mkdir(parents=True, exist_ok=True)
+    (root / "corpus.jsonl").write_text(json.dumps({"_id": "d1", "text": DOC}) + "\n", "utf-8")
+    (root / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "segments"}) + "\n")
+    (root / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n", "utf-8")
+    return str(root)
+
+
+@pytest.mark.parametrize(
+    ("dataset", "where"),
+    [(_train_only_spans, "queries.jsonl"), (_train_only_beir, "qrels")],
+    ids=["spans", "beir"],
+)
+def test_a_set_without_the_split_run_evaluates_is_said_to_be(
+    dataset: Callable[[Path], str],
+    where: str,
+    work: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RAGBENCH_CACHE", str(work / "cache"))
+    root = dataset(work)
+    capsys.readouterr()
+    assert main(["datasets", "validate", root]) == 1  # as `run` refuses it, so does validate
+    said = f"warning: {Path(root) / where}: no split 'test', which `ragbench run` evaluates"
+    assert said in capsys.readouterr().out
+    config = _yaml(work, Path(root).name, _config(dataset={"path": root}))
+    assert main(["run", config, "--dry-run"]) == 2
+    refused = capsys.readouterr().err
+    assert "test" in refused and "train)" in refused  # names the splits there are
+    assert main(["datasets", "info", root]) == 0  # describes the split it has, and says so
+    out = capsys.readouterr().out
+    assert "split        train (no split 'test', the default; splits: train; --split" in out
+    assert main(["datasets", "info", root, "--split", "dev"]) == 2
+    assert "train)" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- a cache root that is not there
+
+
+def test_a_cache_root_that_does_not_exist_is_said_not_to(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "no" / "such"
+    for command in ("info", "clear"):
+        assert main(["cache", "--root", str(missing), command]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.endswith(f": --root {missing}: no such folder, so no cache there")
+    monkeypatch.setenv("RAGBENCH_CACHE", str(missing))  # the default root, not made yet
+    assert main(["cache", "info"]) == 0
+    assert capsys.readouterr().out.strip() == (
+        f"cache root: {missing}: no cache there yet (the folder does not exist)"
+    )
+    assert not missing.exists()

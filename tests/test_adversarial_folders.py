@@ -9,18 +9,36 @@ one line naming its flag, and every file there stays byte-identical.
 from __future__ import annotations
 
 import hashlib
+import http.server
+import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import threading
+import zipfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ragbench.cli import main
 from ragbench.errors import ConfigError
-from ragbench.owned import MARKER, claim, owned, remove, writable_file
+from ragbench.owned import (
+    MARKER,
+    changed,
+    claim,
+    marker,
+    owned,
+    remove,
+    seal,
+    stream,
+    writable_file,
+)
+from ragbench.pipeline import RAGPipeline
 from tests.adversarial import DOC, GOOD_Q, Case, _config, _dataset, _finished_run, _yaml, check
 from tests.paths import DEMO, require
 
@@ -56,6 +74,12 @@ def _snapshot(root: Path) -> dict[str, str]:
         for p in sorted(root.rglob("*"))
         if p.is_file()
     }
+
+
+def _said(err: str) -> str:
+    """The message of a one-line error, after ``ragbench <command>: ``."""
+    assert err.startswith("ragbench ") and len(err.splitlines()) == 1, err
+    return err.partition(": ")[2]
 
 
 def _ragas(work: Path) -> str:
@@ -172,27 +196,207 @@ def test_claim_takes_new_empty_and_its_own_folders_only(tmp_path: Path) -> None:
         claim(file, "--out", "report")
 
 
-def test_remove_deletes_only_what_ragbench_made(tmp_path: Path) -> None:
+def test_remove_deletes_only_what_ragbench_made_and_left_as_it_wrote_it(tmp_path: Path) -> None:
     users = tmp_path / "labels-handwritten"
     users.mkdir()
     (users / "queries.jsonl").write_text("mine")
-    assert not remove(users)
+    assert remove(users) == "ragbench did not make it"
     assert (users / "queries.jsonl").read_text() == "mine"
     ours = claim(tmp_path / "labels-0123", "--out", "labeled set")
-    assert remove(ours)
+    assert remove(ours) == "ragbench keeps no record of the files it wrote there"  # not sealed
+    (ours / "corpus").mkdir()
+    (ours / "corpus" / "a.md").write_text(DOC)
+    (ours / "queries.jsonl").write_text(json.dumps(GOOD_Q) + "\n")
+    seal(ours, "labeled set")
+    assert changed(ours) is None
+    kept = {
+        "edited": lambda folder: (folder / "queries.jsonl").write_text("{}\n"),
+        "added": lambda folder: (folder / "notes.txt").write_text("my notes"),
+        "deleted": lambda folder: (folder / "corpus" / "a.md").unlink(),
+        "linked": lambda folder: (folder / "link").symlink_to(users),
+    }
+    why = {
+        "edited": "queries.jsonl changed since ragbench wrote it",
+        "added": "notes.txt was added since ragbench wrote it",
+        "deleted": "corpus/a.md is missing since ragbench wrote it",
+        "linked": "link was added since ragbench wrote it",
+    }
+    for name, change in kept.items():
+        folder = Path(shutil.copytree(ours, tmp_path / f"labels-{name}"))
+        change(folder)
+        before = _snapshot(folder)
+        assert remove(folder) == why[name]
+        assert _snapshot(folder) == before and (folder / MARKER).is_file()
+    assert remove(ours) is None
     assert not ours.exists()
+    assert _snapshot(users) == {"queries.jsonl": hashlib.sha256(b"mine").hexdigest()}
 
 
-def test_an_existing_file_of_the_users_is_never_overwritten(tmp_path: Path) -> None:
+def test_an_existing_file_is_replaced_only_when_it_is_the_commands_own_output(
+    tmp_path: Path,
+) -> None:
     mine = tmp_path / "mine.jsonl"
     mine.write_text("mine")
-    with pytest.raises(ConfigError, match="exists, and ragbench did not write it"):
+    with pytest.raises(ConfigError, match=r"--out .*mine.jsonl: exists; give a new file name"):
         writable_file(mine, "--out")
     assert writable_file(tmp_path / "new.jsonl", "--out") == tmp_path / "new.jsonl"
     ours = claim(tmp_path / "run", "--out", "run directory")
-    (ours / "ragas").mkdir()
-    (ours / "ragas" / "t.jsonl").write_text("written before")
-    assert writable_file(ours / "ragas" / "t.jsonl", "--out") == ours / "ragas" / "t.jsonl"
+    own = ours / "ragas" / "t.jsonl"
+    own.parent.mkdir()
+    own.write_text("written before")
+    (ours / "manifest.json").write_text("{}")
+    assert writable_file(own, "--out", own) == own
+    # inside a folder ragbench made, another file is no output of this command
+    for other in (ours / "manifest.json", ours / "ragas" / "u.jsonl"):
+        other.write_text("kept")
+        refused = rf"--out .*{other.name}: exists, and is not this command's own output"
+        with pytest.raises(ConfigError, match=refused):
+            writable_file(other, "--out", own)
+        assert other.read_text() == "kept"
+    # streams: a device, a pipe, this process's stdout
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for stream_path in (Path("/dev/null"), fifo, Path("/dev/stdout")):
+        assert writable_file(stream_path, "--out", own) == stream_path
+        assert stream(stream_path)
+    assert not stream(own) and not stream(tmp_path / "new.jsonl")
+
+
+def test_a_marker_is_ragbenchs_only_when_ragbench_wrote_it(tmp_path: Path) -> None:
+    """A user's own ``.ragbench`` dotfile (or a JSON file of that name ragbench did not write)
+    does not make the folder ragbench's: it is not taken, overwritten or skipped."""
+    from ragbench.text.loaders import load
+
+    contents = {
+        "dotfile": "my dotfile\n",
+        "other json": '{"made_by": "someone", "what": "report"}',
+        "no what": '{"made_by": "ragbench"}',
+        "not an object": '["made_by", "ragbench"]',
+    }
+    for name, text in contents.items():
+        users = tmp_path / name.replace(" ", "-")
+        users.mkdir()
+        (users / MARKER).write_text(text)
+        (users / "a.md").write_text(DOC)
+        before = _snapshot(users)
+        assert not owned(users) and marker(users) is None
+        with pytest.raises(ConfigError, match=r"holds files ragbench did not write \(\.ragbench"):
+            claim(users, "--out", "report")
+        # a folder that looks like an older run's is marked now, but never over a user's file
+        with pytest.raises(ConfigError, match="holds files ragbench did not write"):
+            claim(users, "--out", "run directory", earlier=lambda folder: True)
+        assert remove(users) == "ragbench did not make it"
+        assert _snapshot(users) == before
+        # its documents are read: the folder is no output of ragbench's
+        assert [d.id for d in load(users)] == ["a.md"]
+
+
+def test_a_folder_ragbench_made_for_one_use_is_refused_for_another(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A collection is never taken as a run directory, report or optimize folder, nor a run
+    directory as another run's report folder; a report may go into its own run directory,
+    and a report and a comparison share ``reports/<run-name>``."""
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text(DOC)
+    (docs / "b.md").write_text("Gamma rays and delta waves are logged by the observatory.")
+    db = tmp_path / "db"
+    bm25 = ["--config", '{"retriever": {"kind": "bm25"}}']
+    assert main(["ingest", "--source", str(docs), "--db", str(db), "--collection", "c", *bm25]) == 0
+    config = _yaml(tmp_path, "r", _config(name="r"))
+    runs = [tmp_path / "runs" / name for name in ("a", "b")]
+    for run_dir in runs:
+        argv = ["run", config, "--out", str(run_dir), "--limit-queries", "3", "--no-report"]
+        assert main(argv) == 0
+    collection, other_run = db / "c", runs[1]
+    before = {folder: _snapshot(folder) for folder in (collection, other_run)}
+    refused = [
+        (["run", config, "--out", str(collection)], collection, "collection", "run directory"),
+        (["report", str(runs[0]), "--out", str(collection)], collection, "collection", "report"),
+        (
+            ["compare", str(runs[0]), "--out", str(collection)],
+            collection,
+            "collection",
+            "comparison",
+        ),
+        (
+            ["optimize", str(docs), "--out", str(collection), "--n", "4"],
+            collection,
+            "collection",
+            "labels and run of optimize",
+        ),
+        (["report", str(runs[0]), "--out", str(other_run)], other_run, "run directory", "report"),
+    ]
+    for argv, folder, made_for, wanted in refused:
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"ragbench {argv[0]}") and _said(err) == (
+            f"--out {folder}: a folder ragbench made for another use ({made_for}); give a new "
+            f"or empty folder for the {wanted}"
+        )
+    assert {folder: _snapshot(folder) for folder in before} == before
+    assert main(["search", "gamma", "--db", str(db), "--collection", "c"]) == 0
+    assert "b.md" in capsys.readouterr().out
+    # the run directory itself, named as --out, is where `run` writes its report anyway
+    assert main(["report", str(runs[0]), "--out", str(runs[0]), "--format", "md"]) == 0
+    assert (runs[0] / "report.md").is_file()
+    assert main(["report", str(runs[0]), "--format", "md"]) == 0
+    assert main(["compare", str(runs[0])]) == 0
+    assert {"report.md", "compare.md"} <= {p.name for p in (tmp_path / "reports" / "a").iterdir()}
+
+
+def test_export_replaces_no_file_but_its_own_output(
+    work: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``export ragas --out``: the labels of a set ragbench generated, the run's own manifest
+    and a user's notes in a run folder stay byte-identical; the command's own default output
+    is written again, and so is a stream (a pipe, ``/dev/null``, ``/dev/stdout``)."""
+    monkeypatch.setenv("RAGBENCH_CACHE", str(work / "cache"))
+    run_dir = Path(_finished_run(work))
+    generated = work / "generated"
+    if not generated.exists():
+        assert main(["datasets", "generate", str(DEMO / "corpus"), "--out", str(generated)]) == 0
+    notes = run_dir / "notes.txt"
+    notes.write_text("my precious notes")
+    export = ["export", "ragas", str(run_dir), "--trial", "best"]
+    for target in (generated / "queries.jsonl", run_dir / "manifest.json", notes):
+        before = target.read_bytes()
+        capsys.readouterr()
+        assert main([*export, "--out", str(target)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert _said(err).startswith(f"--out {target}: exists, and is not this command's "), err
+        assert len(err.splitlines()) == 1 and target.read_bytes() == before
+    assert main(export) == 0
+    own = Path(capsys.readouterr().out.split(":")[0])
+    assert own.parent == run_dir / "ragas"
+    assert main([*export, "--out", str(own)]) == 0
+    rows = own.read_text().splitlines()
+    assert len(rows) == 5 and all(json.loads(row)["user_input"] for row in rows)
+    assert main([*export, "--out", "/dev/null"]) == 0
+    fifo = work / "export-pipe"
+    if not fifo.exists():
+        os.mkfifo(fifo)
+    read: list[bytes] = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_bytes()))
+    reader.start()
+    assert main([*export, "--out", str(fifo)]) == 0
+    reader.join(timeout=60)
+    assert read and read[0].decode().splitlines() == rows
+    # piped: the samples are stdout, the summary goes to stderr
+    piped = subprocess.run(
+        [sys.executable, "-m", "ragbench.cli", *export, "--out", "/dev/stdout"],
+        env={**os.environ, "RAGBENCH_CACHE": str(work / "cache"), "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout.splitlines() == rows
+    assert "/dev/stdout: 5 samples of trial" in piped.stderr
 
 
 def test_a_folder_ragbench_wrote_is_no_document(tmp_path: Path) -> None:
@@ -220,19 +424,28 @@ def test_a_collection_keeps_documents_of_another_folder(
     bm25 = ["--config", '{"retriever": {"kind": "bm25"}}']
     ingest = ["ingest", "--db", str(db), "--collection", "c"]
     assert main([*ingest, "--source", str(tmp_path / "teamA"), *bm25]) == 0
-    before = _snapshot(db / "c")
+    before = _collection(db / "c")
     capsys.readouterr()
     assert main([*ingest, "--source", str(tmp_path / "teamB")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert "README.md" in err and str((tmp_path / "teamA").resolve()) in err and "--replace" in err
-    assert _snapshot(db / "c") == before  # nothing of teamB replaced teamA's README.md
+    assert _collection(db / "c") == before  # nothing of teamB replaced teamA's README.md
     # the same folder again is an update, not a clash; --replace lets the other folder in
     assert main([*ingest, "--source", str(tmp_path / "teamA")]) == 0
     assert main([*ingest, "--source", str(tmp_path / "teamB"), "--replace"]) == 0
     capsys.readouterr()
     assert main(["search", "bananas", "--db", str(db), "--collection", "c"]) == 0
     assert "README.md" in capsys.readouterr().out
+
+
+def _collection(folder: Path) -> list[tuple[str, ...]]:
+    """What a collection holds: its documents (id, hash, origin) and chunks (id, text)."""
+    pipeline = RAGPipeline.open(folder)
+    chunks = pipeline.chunks
+    return sorted(
+        [(d, "document") for d in pipeline.document_ids] + [(c, chunks[c].text) for c in chunks]
+    )
 
 
 def test_concurrent_ingests_of_clashing_folders_lose_no_document(tmp_path: Path) -> None:
@@ -261,8 +474,7 @@ def test_concurrent_ingests_of_clashing_folders_lose_no_document(tmp_path: Path)
     for code, err in results:
         if code == 2:
             assert re.search(r"document id 'README.md' is in the collection already", err), err
-    documents = json.loads((tmp_path / "db" / "c" / "documents.json").read_text())
-    assert list(documents) == ["README.md"]
+    assert RAGPipeline.open(tmp_path / "db" / "c").document_ids == ["README.md"]
 
 
 @pytest.mark.slow
@@ -321,3 +533,133 @@ def test_cache_clear_deletes_cache_entries_only(
     assert re.search(r"removed [1-9]\d* entries", capsys.readouterr().out)
     left = {k: v for k, v in _snapshot(users).items() if k in before}
     assert left == before
+
+
+def test_a_generated_set_judged_by_hand_is_never_removed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Optimize removes its older generated sets (``remove``), sealed when written: one that
+    ``datasets judge`` wrote grades into is no longer as ragbench wrote it, and stays."""
+    from ragbench.data.generate import IctMethod, generate
+
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    labels = tmp_path / "out" / "labels-0123"
+    generate(DEMO / "corpus" / "concepts", labels, IctMethod(), n=8)
+    seal(labels, "labeled set")  # as optimize seals each set it generates
+    unchanged = Path(shutil.copytree(labels, tmp_path / "out" / "labels-4567"))
+    config = _yaml(tmp_path, "judged", _config(name="judged", dataset={"path": str(labels)}))
+    run_dir = tmp_path / "run"
+    assert main(["run", config, "--out", str(run_dir), "--no-report"]) == 0
+    monkeypatch.setattr(sys, "stdin", io.StringIO("2\n" * 10))
+    judge = ["datasets", "judge", str(labels), "--run", str(run_dir), "--queries", "1"]
+    assert main([*judge, "--depth", "2"]) == 0
+    assert "~judged" in (labels / "queries.jsonl").read_text()
+    before = _snapshot(labels)
+    assert remove(labels) == "queries.jsonl changed since ragbench wrote it"
+    assert _snapshot(labels) == before
+    assert remove(unchanged) is None and not unchanged.exists()
+
+
+@pytest.mark.slow
+def test_optimize_keeps_an_older_set_judged_by_hand_and_says_so(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``optimize``, ``datasets judge`` on its labels, a document edited, ``optimize`` again:
+    the judged set stays byte-identical beside the new one, and one line says why."""
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    docs = Path(shutil.copytree(DEMO / "corpus" / "concepts", tmp_path / "docs"))
+    out = tmp_path / "opt"
+    assert main(["optimize", str(docs), "--out", str(out), "--n", "12"]) == 0
+    (labels,) = out.glob("labels-*")
+    monkeypatch.setattr(sys, "stdin", io.StringIO("2\n" * 20))
+    judge = ["datasets", "judge", str(labels), "--run", str(out / "run"), "--queries", "2"]
+    assert main([*judge, "--depth", "2"]) == 0
+    before = _snapshot(labels)
+    with (docs / "compaction.md").open("a") as edited:
+        edited.write("\nAnother line about compaction.\n")
+    capsys.readouterr()
+    assert main(["optimize", str(docs), "--out", str(out), "--n", "12"]) == 0
+    assert _snapshot(labels) == before
+    assert len(list(out.glob("labels-*"))) == 2
+    kept = [r.getMessage() for r in caplog.records if "kept" in r.getMessage()]
+    assert kept == [
+        f"{labels}: an older generated set, kept: queries.jsonl changed since ragbench wrote it; "
+        "delete it yourself when you no longer need it"
+    ]
+
+
+def _beir_zip(folder: Path, name: str) -> str:
+    """``folder/name.zip``, a tiny BEIR set under ``name/``; returns its sha256."""
+    files = {
+        "corpus.jsonl": '{"_id": "d1", "title": "", "text": "alpha beta"}\n',
+        "queries.jsonl": '{"_id": "q1", "text": "alpha"}\n',
+        "qrels/test.tsv": "query-id\tcorpus-id\tscore\nq1\td1\t1\n",
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(folder / f"{name}.zip", "w") as zipped:
+        for member, text in files.items():
+            zipped.writestr(f"{name}/{member}", text)
+    return hashlib.sha256((folder / f"{name}.zip").read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """(base URL, sha256 of its scifact.zip) of a real HTTP server on 127.0.0.1."""
+    folder = tmp_path / "www"
+    digest = _beir_zip(folder, "scifact")
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args, directory=str(folder))
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", digest
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def test_download_replaces_only_a_download_and_keeps_what_was_added(
+    tmp_path: Path, served: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder of the user's where the set would go is neither "already in" nor replaced by
+    ``--force``; a download is marked, and ``--force`` keeps one a file was added to."""
+    url, digest = served
+    download = ["datasets", "download", "scifact", "--url", url, "--sha256", digest]
+    dl = tmp_path / "dl"
+    (dl / "scifact").mkdir(parents=True)
+    (dl / "scifact" / "notes.txt").write_text("mine")
+    for force in ([], ["--force"]):
+        capsys.readouterr()
+        assert main([*download, "--dir", str(dl), *force]) == 2
+        printed = capsys.readouterr()
+        assert "already in" not in printed.out
+        assert _said(printed.err.strip()) == (
+            f"{dl / 'scifact'}: holds files that are not a download of scifact; they stay "
+            "(give another --dir, or move them)"
+        )
+        assert _snapshot(dl) == {"scifact/notes.txt": hashlib.sha256(b"mine").hexdigest()}
+    fresh = tmp_path / "fresh"
+    assert main([*download, "--dir", str(fresh)]) == 0
+    assert owned(fresh / "scifact", "downloaded dataset")
+    capsys.readouterr()
+    assert main([*download, "--dir", str(fresh)]) == 0
+    assert f"scifact: already in {fresh / 'scifact'}" in capsys.readouterr().out
+    (fresh / "scifact" / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\n")
+    before = _snapshot(fresh)
+    assert main([*download, "--dir", str(fresh), "--force"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert _said(err).startswith(f"--force: {fresh / 'scifact'} holds files the download ")
+    assert "(qrels/dev.tsv)" in err and _snapshot(fresh) == before
+    (fresh / "scifact" / "qrels" / "dev.tsv").unlink()
+    (fresh / "scifact" / "queries.jsonl").write_text("damaged")  # the download's own file
+    assert main([*download, "--dir", str(fresh), "--force"]) == 0
+    assert (fresh / "scifact" / "queries.jsonl").read_text() == '{"_id": "q1", "text": "alpha"}\n'

@@ -5,12 +5,15 @@ short timeouts); everything it logs, at INFO and above, goes to a file. Each cas
 real sockets on loopback and must be answered with a 4xx (a client that went away is answered
 by nothing) while the log holds no traceback and the server goes on answering. Grouped by the
 rule they check: malformed HTTP, text that is no valid Unicode, clients too slow or gone, limits,
-load.
+load, and what the server says (request errors in JSON's words; a collection saved again that
+cannot be opened: one log line, and ``/health`` says the answers come from an older copy).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 import socket
 import struct
 import subprocess
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import httpx
 import numpy as np
@@ -343,3 +347,74 @@ def test_300_requests_50_at_a_time_get_no_connection_error(served: Served) -> No
     assert len(done) == 300 and errors == []
     assert served.metrics()["search"]["count"] >= 300
     served.check()
+
+
+# ---------------------------------------------------------------- what the server says
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (b"null", "body: expected a JSON object, got null"),
+        (b"[1, 2]", "body: expected a JSON object, got a list [1, 2]"),
+        (b'"keys"', 'body: expected a JSON object, got "keys"'),
+        (b'{"query": "keys", "k": "5"}', 'k: input should be a valid integer, got "5"'),
+        (b'{"query": "keys", "filter": 5}', "filter: input should be a mapping of keys to values"),
+        (b'{"query": null}', "query: input should be a valid string, got null"),
+    ],
+)
+def test_a_request_error_names_json_values_not_python_types(
+    served: Served, body: bytes, said: str
+) -> None:
+    reply = httpx.post(f"{served.url}/search", content=body, trust_env=False)
+    assert reply.status_code == 400 and reply.json()["error"].startswith(said), reply.text
+    for python in ("NoneType", "None", "dict", "list[", "str", "int"):
+        assert python not in reply.json()["error"].replace("integer", "").replace("string", "")
+    served.check()
+
+
+def test_a_saved_collection_it_cannot_open_is_one_log_line_and_stale_in_health(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The collection's folder changes into one that does not open (its config replaced by
+    text that is no JSON): the server answers from the copy it loaded, says why in ``/health``
+    and logs it once, in one line; once the folder opens again, it answers from that."""
+    from ragbench.api import SearchServer
+    from ragbench.pipeline import RAGPipeline
+
+    target = _collection(tmp_path / "db")
+    server = SearchServer(RAGPipeline.open(target), "docs", "127.0.0.1", 0, path=target)
+    config = target / "pipeline.json"
+    kept = config.read_bytes()
+
+    def replace(data: bytes) -> None:  # as a save does: a new folder swapped in for the old
+        new, old = tmp_path / "db" / ".new", tmp_path / "db" / ".old"
+        shutil.copytree(target, new)
+        (new / "pipeline.json").write_bytes(data)
+        target.rename(old)
+        new.rename(target)
+        shutil.rmtree(old)
+
+    def health() -> dict[str, Any]:
+        return httpx.get(f"{server.url}/health", timeout=10, trust_env=False).json()
+
+    def search() -> httpx.Response:
+        body = {"query": "rotate the signing keys", "k": 1}
+        return httpx.post(f"{server.url}/search", json=body, timeout=10, trust_env=False)
+
+    with caplog.at_level(logging.INFO), server.background():
+        before = health()
+        assert before["status"] == "ok" and before["stale"] is None
+        replace(b"{not json")
+        assert search().status_code == 200  # from the copy loaded before
+        found = health()
+        assert found["status"] == "stale" and str(config) in found["stale"], found
+        assert found["stale"].startswith(f"{target}: the collection as saved last cannot be ")
+        assert search().status_code == 200 and health()["stale"] == found["stale"]
+        said = [r for r in caplog.records if r.name == "ragbench.api" and r.levelno >= 30]
+        assert [r.getMessage() for r in said] == [
+            f"{found['stale']}; answering from the copy loaded before"
+        ]
+        assert all(r.exc_info is None for r in caplog.records) and "Traceback" not in caplog.text
+        replace(kept)
+        assert health() == {**before, "uptime_s": ANY}

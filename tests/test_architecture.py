@@ -33,6 +33,7 @@ LAYERS = {
     "service": 5,
     "api": 5,
     "optimize": 5,
+    "ingest": 5,
     "owned": 0,
     "cli": 6,
 }

@@ -13,12 +13,15 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.paths import CHUNKING_EVAL, DEMO, REPO, SCIFACT, require
 
 TUNED = REPO / "experiments" / "scifact-tuned.yaml"
+MAN_PAGES = Path("/usr/share/man/man1")
+DOC = Path("/usr/share/doc")
 
 # The tiny run is a module fixture: one xdist worker runs every test that reads it.
 TINY_GROUP = pytest.mark.xdist_group("benchmarks-tiny")
@@ -384,3 +387,201 @@ def _scifact_batches(
     ids, texts = [d["_id"] for d in docs], [f"{d['title']} {d['text']}" for d in docs]
     batches = [(ids[i : i + 1000], texts[i : i + 1000]) for i in range(0, n_docs, 1000)]
     return batches, queries
+
+
+def _corpus_sources(tmp: Path) -> Any:
+    """Small slices of what the corpus is built from: 150 SciFact abstracts and a chunking
+    corpus when shared, a copy of the standard library's ``json`` package with the same README
+    in two packages beside it, three /usr/share/doc packages and twelve manual pages when
+    present."""
+    import gzip
+    import itertools
+    import json
+    import shutil
+
+    from benchmarks import corpus
+
+    python = tmp / "python"
+    shutil.copytree(
+        Path(json.__file__).parent, python / "json", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    for package in ("first", "second"):
+        (python / package).mkdir()
+        (python / package / "README.txt").write_text(json.__doc__ or "", encoding="utf-8")
+    debian = None
+    if DOC.is_dir():
+        debian = tmp / "doc"
+        folders = (d for d in sorted(DOC.iterdir()) if d.is_dir() and not d.is_symlink())
+        small = (d for d in folders if sum(f.stat().st_size for f in d.rglob("*")) < 50_000)
+        for folder in itertools.islice(small, 3):
+            shutil.copytree(folder, debian / folder.name, symlinks=True)
+    man = None
+    if shutil.which("groff") and MAN_PAGES.is_dir():
+        man = tmp / "man"
+        (man / "man1").mkdir(parents=True)
+        for page in _man_pages()[:12]:
+            shutil.copy(page, man / "man1" / page.name)
+    scifact = chunking = None
+    if SCIFACT.is_dir():
+        scifact = tmp / "scifact"
+        scifact.mkdir()
+        with gzip.open(SCIFACT / "corpus.jsonl.gz", "rt", encoding="utf-8") as lines:
+            head = "".join(itertools.islice(lines, 150))
+        (scifact / "corpus.jsonl").write_text(head, encoding="utf-8")
+    if CHUNKING_EVAL.is_dir():
+        chunking = tmp / "chunking"
+        chunking.mkdir()
+        shutil.copy(CHUNKING_EVAL / "corpora" / "state_of_the_union.md", chunking)
+    return corpus.Sources(
+        scifact=scifact,
+        chunking=chunking,
+        python=(("lib", python),),
+        debian=debian,
+        man=man,
+    )
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    """Every visible file under ``folder`` by relative path, with its bytes."""
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in folder.rglob("*")
+        if p.is_file() and not p.name.startswith(".")
+    }
+
+
+def test_corpus_is_deduplicated_deterministic_and_loads_whole(tmp_path: Path) -> None:
+    """A small corpus: every text once, the manifest's counts those of the files, a seeded
+    sample that keeps each source's share and is the same for any number of workers, and
+    ``ragbench.load`` reads every file as a document (the manifest and list are hidden)."""
+    import json
+    from collections import Counter
+
+    import ragbench
+    from benchmarks import corpus
+
+    sources = _corpus_sources(tmp_path / "sources")
+    whole = corpus.build(tmp_path / "whole", None, seed=3, sources=sources, workers=1)
+    files = _tree(tmp_path / "whole")
+    assert whole["documents"] == whole["available"] == len(files) > 20
+    assert len(set(files.values())) == len(files)  # deduplicated by content
+    readmes = [p for p in files if p.endswith("/README.txt")]
+    assert len(readmes) == 1 and whole["sources"]["python-docs"]["left_out"]["duplicate text"] == 1
+    assert any(p.startswith("python/lib/json/json.decoder.JSONDecoder") for p in files)
+    assert all(
+        len(b.decode().strip()) >= corpus.MIN_CHARS
+        for p, b in files.items()
+        if not p.endswith(".pdf")
+    )
+    if sources.man is not None:
+        man = [p for p in files if p.startswith("man/man1/")]
+        assert man and all("NAME" in files[p].decode() for p in man)
+        assert not any(corpus._PAGE in files[p].decode() for p in man)
+
+    n = min(300, len(files) // 2)
+    first = corpus.build(tmp_path / "a", n, seed=3, sources=sources, workers=1)
+    assert corpus.build(tmp_path / "b", n, seed=3, sources=sources, workers=2) == first
+    assert _tree(tmp_path / "a") == _tree(tmp_path / "b")
+    other = corpus.build(tmp_path / "c", n, seed=4, sources=sources, workers=1)
+    assert set(_tree(tmp_path / "c")) != set(_tree(tmp_path / "a")) and other["documents"] == n
+
+    sample = _tree(tmp_path / "a")
+    assert set(sample) <= set(files) and len(sample) == n == first["documents"]
+    folders: Counter[str] = Counter()
+    for source, figures in first["sources"].items():
+        folders[source.split("-")[0]] += figures["documents"]  # python-api, python-docs
+        share = figures["available"] / whole["available"] * n
+        assert abs(figures["documents"] - share) < 1, source
+    assert Counter(p.split("/")[0] for p in sample) == +folders
+    assert sum(f["documents"] for f in first["sources"].values()) == n
+    assert sum(first["extensions"].values()) == n
+    assert first["bytes"]["total"] == sum(len(b) for b in sample.values())
+    manifest = json.loads((tmp_path / "a" / corpus.MANIFEST).read_text(encoding="utf-8"))
+    assert manifest == first and manifest["seed"] == 3
+    listed = (tmp_path / "a" / corpus.FILES).read_text(encoding="utf-8").split()
+    assert sorted(listed) == sorted(sample)
+
+    loader = ragbench.load(tmp_path / "a")
+    docs = list(loader)
+    assert loader.report.skipped == 0, loader.report.summary()
+    assert sorted(d.id for d in docs) == sorted(sample)
+
+
+def test_corpus_rebuilds_its_own_folder_and_refuses_any_other(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmarks import corpus
+    from ragbench.errors import ConfigError
+
+    sources = _corpus_sources(tmp_path / "sources")
+    out = tmp_path / "corpus"
+    corpus.build(out, 20, seed=1, sources=sources, workers=1)
+    again = corpus.build(out, 10, seed=2, sources=sources, workers=1)
+    assert len(_tree(out)) == again["documents"] == 10  # the first build's files are gone
+
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "notes.md").write_text("# my notes\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"^--out .*mine: holds files this script did not "):
+        corpus.build(user, 10, seed=1, sources=sources, workers=1)
+    assert corpus.main(["--out", str(user), "--documents", "10"]) == 2
+    assert (user / "notes.md").read_text(encoding="utf-8") == "# my notes\n"
+    assert list(user.iterdir()) == [user / "notes.md"]
+    assert "--out" in capsys.readouterr().err
+    assert corpus.main(["--out", str(tmp_path / "new"), "--documents", "0"]) == 2
+    assert "--documents 0: expected a positive number or 'all'" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"^--documents 99999999: the sources .* give "):
+        corpus.build(tmp_path / "new", 99_999_999, seed=1, sources=sources, workers=1)
+
+
+def test_corpus_cuts_at_headings_and_paragraphs_near_the_target() -> None:
+    """``cut`` keeps every word in order, starts a part at a top-level heading, and cuts at
+    paragraph breaks near the target; ``parts`` names pieces the loader reads."""
+    import json
+
+    from benchmarks import corpus
+
+    paragraphs = "\n\n".join(p for p in (json.__doc__ or "").split("\n\n") if p.strip())
+    text = "\n\n".join([paragraphs] * 4 + ["# Second"] + [paragraphs] * 4)
+    pieces = corpus.cut(text, iter(lambda: 1500, None))
+    assert " ".join(pieces).split() == text.split()
+    assert sum(p.startswith("# Second\n") for p in pieces) == 1
+    assert all(len(p) <= 1500 * 3 // 2 for p in pieces)
+    at = 0
+    for piece in pieces[:-1]:  # each ends at a paragraph break
+        at = text.index(piece, at) + len(piece)
+        assert text[at : at + 2] == "\n\n", piece[-80:]
+    long = text * (corpus.MAX_CHARS // len(text) + 1)
+    for name in ("README.md", "copyright", "changelog.Debian", "Makefile"):
+        named = corpus.parts(name, long)
+        assert len(named) > 1 and all(corpus.loadable(n) for n, _ in named), named[0][0]
+    assert corpus.parts("README.md", text) == [("README.md", text)]
+    assert corpus.unusable("\n".join(str(i * 7.5) for i in range(200))) == "not prose"
+    assert corpus.unusable("\n".join(sorted(set(text.split())))) == "not prose"  # a word list
+    assert corpus.unusable(text) is None and corpus.unusable(text[:100]) == "too short"
+
+
+def _man_pages() -> list[Path]:
+    """The manual pages of section 1, sorted, no links."""
+    return sorted(p for p in MAN_PAGES.glob("*.1.gz") if not p.is_symlink())
+
+
+def test_corpus_renders_plain_manual_pages_in_one_call_as_each_alone() -> None:
+    """Plain manual pages rendered in one groff call come out as each rendered alone, without
+    header and footer lines; a page that defines macros is not plain."""
+    import gzip
+    import itertools
+    import shutil
+
+    from benchmarks import corpus
+
+    if not shutil.which("groff") or not MAN_PAGES.is_dir():
+        pytest.skip("groff or manual pages not available")
+    sources = (gzip.decompress(p.read_bytes()).decode("utf-8", "replace") for p in _man_pages())
+    plain = list(itertools.islice((s for s in sources if corpus.plain(s)), 12))
+    if len(plain) < 3:
+        pytest.skip("fewer than three plain manual pages")
+    together = corpus._groff_pages(plain)
+    assert together == [corpus._groff_pages([s])[0] for s in plain]
+    assert all(text is not None and text.startswith("NAME\n") for text in together)
+    assert not corpus.plain(".TH X 1\n.de Y\n..\n.SH NAME\nx \\- y\n")

@@ -26,7 +26,7 @@ def test_a_bad_duration_is_one_line_naming_the_flag_and_deletes_nothing(
     assert main(["cache", "--root", str(tmp_path), "clear", f"--older-than={value}"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line == (
-        "ragbench cache: --older-than: expected a duration such as 7d, 12h, 30m or 45s "
+        "ragbench cache clear: --older-than: expected a duration such as 7d, 12h, 30m or 45s "
         f"(a bare number is days), got {value!r}"
     )
     assert cache.has("chunks", "0123456789")

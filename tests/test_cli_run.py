@@ -46,7 +46,7 @@ def test_run_prints_the_table_and_writes_report(
     assert "Recommendation: best overall " in printed
     assert "Confidence in the pick (ndcg@10): " in printed and "resamples of the 10" in printed
     deploy = printed.rstrip().splitlines()[-1]
-    assert deploy.startswith(f"deploy:        ragbench ingest --from-run {out} --trial ")
+    assert deploy.startswith(f"deploy:        ragbench ingest --from-run={out} --trial=")
     report = (out / "report.md").read_text()
     assert "## Best trial per metric" in report and "## Config" in report
     values = [float(line.split()[-5]) for line in lines[2:5] if line.strip()]

@@ -90,10 +90,11 @@ def test_eval_table_mimics_trec_eval(files: tuple, capsys: pytest.CaptureFixture
     rows = [line.split("\t") for line in lines]
     assert all(len(r) == 3 and len(r[0]) == 22 for r in rows)
     assert [r[0].strip() for r in rows[-5:]] == metrics and {r[1] for r in rows[-5:]} == {"all"}
-    assert len(rows) == 5 * (len(qrels) - 1 + 1)  # q-missing is not in the run
-    assert all(r[2] == f"{float(r[2]):.4f}" for r in rows)
+    assert rows[-6] == [f"{'num_q':<22}", "all", str(len(qrels) - 1)]  # the queries scored
+    assert len(rows) == 5 * (len(qrels) - 1 + 1) + 1  # q-missing is not in the run
+    assert all(r[2] == f"{float(r[2]):.4f}" for r in rows if r[0].strip() != "num_q")
     means = _eval(capsys, qrels_file, run_file).splitlines()
-    assert means == lines[-5:]
+    assert means == lines[-6:]
 
 
 def test_eval_csv(files: tuple, capsys: pytest.CaptureFixture[str]) -> None:

@@ -65,6 +65,7 @@ def test_download_verify_unpack_and_skip(www: tuple[str, Path], tmp_path: Path) 
     assert result.path == dest / "scifact" and result.url == f"{url}/scifact.zip"
     assert sorted(p.name for p in dest.iterdir()) == ["scifact"]
     assert sorted(p.name for p in result.path.iterdir()) == [
+        ".ragbench",  # marked and sealed as a download (ragbench.owned)
         "corpus.jsonl",
         "qrels",
         "queries.jsonl",
@@ -72,9 +73,9 @@ def test_download_verify_unpack_and_skip(www: tuple[str, Path], tmp_path: Path) 
     assert len(load_beir(result.path).queries) == 2
     again = download_beir("scifact", dest, base_url=url, sha256=digest, progress=False)
     assert (again.downloaded, again.verified) == (False, False)
-    (result.path / "stale.txt").write_text("old", encoding="utf-8")
+    (result.path / "queries.jsonl").write_text("damaged", encoding="utf-8")  # as downloaded: no
     forced = download_beir("scifact", dest, base_url=url, sha256=digest, force=True, progress=False)
-    assert forced.downloaded and not (forced.path / "stale.txt").exists()
+    assert forced.downloaded and len(load_beir(forced.path).queries) == 2
     assert sorted(p.name for p in dest.iterdir()) == ["scifact"]
 
 

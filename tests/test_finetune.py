@@ -1,11 +1,15 @@
 """Domain adaptation: real tiny models trained on the bundled demo set. The loss falls, a run
-resumed from its checkpoint ends as an uninterrupted one, a sweep trains each model once (a
-rerun hits the cache) and deploys what it scored, the split guard refuses training on reported
-queries, generated pairs hold their sentence out, and the trained model exports to ONNX."""
+resumed from its checkpoint ends as an uninterrupted one, training in bounded memory gives the
+gradients of a plain pass, a model left at chance is not trained and its trials fail, a sweep
+trains each model once (a rerun hits the cache) and deploys what it scored, the split guard
+refuses training on reported queries, generated pairs hold their sentence out, and the trained
+model exports to ONNX."""
 
 from __future__ import annotations
 
 import json
+import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,8 @@ from ragbench.index import finetune
 from ragbench.index.embedders import SentenceTransformerConfig, SentenceTransformerEmbedder
 from ragbench.index.finetune import FinetuneConfig, mine_negatives, teacher_margins, train
 from ragbench.pipeline import RAGPipeline
+from ragbench.report.markdown import render_markdown
+from ragbench.report.report import Report
 from ragbench.text.chunk_table import document_ranking
 from tests.paths import REPO
 
@@ -207,6 +213,82 @@ def test_a_cross_encoder_trains_from_a_local_checkpoint(
         load_config(config)
 
 
+def _without_dropout(model: Path, out: Path) -> Path:
+    """A copy of the cross-encoder folder ``model`` whose dropout is off: its training is
+    deterministic, however its batches are cut into passes."""
+    shutil.copytree(model, out)
+    config = json.loads((out / "config.json").read_text("utf-8"))
+    config |= {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    (out / "config.json").write_text(json.dumps(config), "utf-8")
+    return out
+
+
+@pytest.mark.parametrize("family", ["bi-encoder", "cross-encoder"])
+def test_training_in_bounded_memory_takes_the_steps_of_a_plain_pass(
+    family: finetune.Family,
+    beir: Path,
+    tiny_encoder: Path,
+    tiny_cross_encoder: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the bi-encoder with its dropout on (replayed when a layer is recomputed); the
+    # cross-encoder's batch of 4 rows of 3 pairs is scored in 4 passes of at most 4 pairs
+    pairs = _pairs(beir)
+    if family == "bi-encoder":
+        base = tiny_encoder
+        config = FinetuneConfig(pairs="select", epochs=2, **FAST)  # type: ignore[arg-type]
+    else:
+        base = _without_dropout(tiny_cross_encoder, tmp_path / "base")
+        config = FinetuneConfig(
+            pairs="select",
+            epochs=2,
+            loss="listwise",
+            n_negatives=2,
+            **FAST,  # type: ignore[arg-type]
+        )
+    saving = train(family, str(base), pairs, config, tmp_path / "saving").record()
+    monkeypatch.setattr(finetune, "MEMORY_SAVING", False)
+    plain = train(family, str(base), pairs, config, tmp_path / "plain").record()
+    assert saving["steps"] == plain["steps"] == len(saving["losses"]) >= 10
+    np.testing.assert_allclose(saving["losses"], plain["losses"], rtol=1e-4)
+    saved = json.loads((tmp_path / "saving" / "model" / "config.json").read_text("utf-8"))
+    assert not any("checkpointing" in key for key in saved)  # the model runs as any other
+
+
+def test_a_model_left_at_chance_is_not_trained_and_no_trial_scores_it(
+    beir: Path, tiny_encoder: Path, tiny_cross_encoder: Path, tmp_path: Path
+) -> None:
+    pairs = _pairs(beir)
+    settings = {"pairs": "select", "loss": "listwise", "n_negatives": 2, "epochs": 2}
+    stuck = FinetuneConfig(**settings, **{**FAST, "learning_rate": 1e-12})  # type: ignore[arg-type]
+    model = train("cross-encoder", str(tiny_cross_encoder), pairs, stuck, tmp_path / "stuck")
+    record = model.record()
+    assert record["chance_loss"] == pytest.approx(math.log(3))  # a positive and 2 negatives
+    assert record["final_loss"] > 0.95 * math.log(3)
+    reason = r"not trained: its listwise loss over its last 5 steps, 1\.\d+, .* guess's, 1\.099"
+    assert record["not_trained"] is not None
+    with pytest.raises(finetune.FinetuneError, match=reason):
+        model.usable()
+    learnt = FinetuneConfig(**{**settings, "epochs": 8}, **FAST)  # type: ignore[arg-type]
+    good = train("cross-encoder", str(tiny_cross_encoder), pairs, learnt, tmp_path / "good")
+    assert good.record()["not_trained"] is None and good.usable() == good.path
+    assert good.record()["final_loss"] < 0.95 * good.record()["chance_loss"]
+
+    config = _config(beir, tiny_encoder, select_on="train", report_on="test")
+    reranker = config["sweep"]["reranker"][1]
+    reranker["model"] = str(tiny_cross_encoder)
+    reranker["finetune"] = {**settings, **FAST, "learning_rate": 1e-12}
+    done = run(load_config(config), tmp_path / "run")
+    trials = RunStore(done.path).trials().set_index("label")
+    failed = trials[trials["status"] != "ok"]
+    assert list(trials["status"]) == ["ok", "failed"] and "cross_encoder" in failed.index[0]
+    assert "FinetuneError" in failed["error"].iloc[0]
+    assert "not trained" in failed["error"].iloc[0]
+    markdown = render_markdown(Report.from_run(done.path), [])
+    assert "## Failed trials" in markdown and "is not trained" in markdown
+
+
 def _config(beir: Path, model: Path, reranker_loss: str | None = None, **evaluation: Any) -> dict:
     tuning = {"pairs": "select", "epochs": 2, **FAST}
     reranker = {"kind": "cross_encoder", "model": str(model), "candidates": 5, "max_length": 32}
@@ -259,7 +341,8 @@ def test_a_sweep_trains_each_model_once_and_deploys_what_it_scored(
 ) -> None:
     config = _config(beir, tiny_encoder, select_on="train", report_on="test")
     config["sweep"]["reranker"][1]["model"] = str(tiny_cross_encoder)
-    config["sweep"]["reranker"][1]["finetune"] = {**config["sweep"]["embedder"][0]["finetune"]}
+    tuning = {**config["sweep"]["embedder"][0]["finetune"], "loss": "listwise", "epochs": 8}
+    config["sweep"]["reranker"][1]["finetune"] = {**tuning, "n_negatives": 2}  # one that learns
     (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(config), "utf-8")
     first = run(load_config(tmp_path / "sweep.yaml"), tmp_path / "first")
     trials = RunStore(first.path).trials()

@@ -680,5 +680,5 @@ def test_generate_reads_the_files_the_globs_select(
     assert capsys.readouterr().err == ""
     argv = ["datasets", "generate", str(DEMO), "--out", str(tmp_path / "x"), "--exclude", "a/**"]
     err = one_line_exit_2(argv, capsys)
-    assert err.startswith("ragbench datasets: --include/--exclude: ")
+    assert err.startswith("ragbench datasets generate: --include/--exclude: ")
     assert "is a labeled set (spans format)" in err

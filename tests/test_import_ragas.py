@@ -208,15 +208,16 @@ def test_the_command_reports_rows_and_refuses_unusable_input(
     # a folder that is not empty is never overwritten
     assert main(["datasets", "import-ragas", str(source), "--out", str(out)]) == 2
     assert capsys.readouterr().err == (
-        f"ragbench datasets: {out}: already exists and is not an empty folder (choose a new one)\n"
+        f"ragbench datasets import-ragas: {out}: already exists and is not an empty folder "
+        "(choose a new one)\n"
     )
     bad = tmp_path / "bad.jsonl"
     ragas_dataset([SAMPLES[3], SAMPLES[3]]).to_jsonl(bad)
     assert main(["datasets", "import-ragas", str(bad), "--out", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(
-        f"ragbench datasets: {bad}: no usable rows; the first problem: {bad}:1: row 1: "
-        "no reference contexts"
+        f"ragbench datasets import-ragas: {bad}: no usable rows; the first problem: {bad}:1: "
+        "row 1: no reference contexts"
     )
     assert not (tmp_path / "none").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left

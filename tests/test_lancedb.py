@@ -282,7 +282,9 @@ def test_ingest_and_search_a_persistent_collection(
     assert main(["ingest", "--source", str(first), "--config", json.dumps(spec), *db]) == 0
     assert main(["ingest", "--source", str(second), *db]) == 0  # reopened, extended, saved
     capsys.readouterr()
-    (stored,) = (tmp_path / "db").rglob("chunks.lance")
+    snapshots = tmp_path / "db" / "kestrel" / "snapshots"
+    latest = max((p for p in snapshots.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    (stored,) = latest.rglob("chunks.lance")  # the store lives on disk, in the last snapshot
     assert stored.is_dir()
     query = "how do I rotate the signing keys"
     assert main(["search", query, *db, "--format", "json", "-k", "5"]) == 0

@@ -321,9 +321,9 @@ def test_jsonl_bad_lines_are_reported_with_line_numbers(tmp_path: Path) -> None:
         "line 5: missing 'text'",
         "line 6: expected a JSON object",
         "line 8: 'metadata' must be an object",
-        "line 9: 'text' must be a string, got int",
+        "line 9: 'text' must be a string, got 5",
         "line 10: empty text",
-        "line 11: id must be a string or an integer, got list",
+        'line 11: id must be a string or an integer, got a list ["l"]',
     ]
     assert loader.report.loaded == 2
     assert loader.report.skipped == 9

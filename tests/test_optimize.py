@@ -72,7 +72,7 @@ def test_optimize_recommends_with_confidence_and_the_deploy_command_works(
     assert f"Labels: generated (ict), {judged} queries" in printed
     assert (tmp_path / "out" / "run" / "report.html").is_file()
     deploy = printed.rsplit("deploy:", 1)[1].strip()
-    assert deploy.startswith("ragbench ingest --from-run ")
+    assert deploy.startswith("ragbench ingest --from-run=")
 
     # the printed command builds a collection that answers searches
     assert main([*shlex.split(deploy)[1:], "--db", str(tmp_path / "db")]) == 0

@@ -352,7 +352,7 @@ def test_a_folder_without_labels_says_what_to_do(
     message = (
         f"{root}/: no labeled queries — write {root}/queries.jsonl "
         '({"query": ..., "relevant": [doc ids]}, see README "Your own documents") '
-        f"or generate them: ragbench datasets generate {root}/ --out labels/"
+        f"or generate them: ragbench datasets generate {root}/ --out=labels/"
     )
     with pytest.raises(DataError) as failed:
         load_dataset(root)
@@ -368,7 +368,8 @@ def test_a_folder_without_labels_says_what_to_do(
     ):
         capsys.readouterr()
         assert main(argv) == 2
-        assert capsys.readouterr().err == f"ragbench {argv[0]}: {message}\n"
+        command = " ".join(argv[:2]) if argv[0] == "datasets" else argv[0]
+        assert capsys.readouterr().err == f"ragbench {command}: {message}\n"
 
 
 # ---------------------------------------------------------------- a separate queries file

@@ -631,7 +631,7 @@ def test_select_decides_among_the_trials_the_first_metric_cannot_separate(
     assert pick.then == "recall@20" and set(pick.among) == set(leaders)
     second = report.stats.loc["recall@20"]["mean"].reindex(leaders)
     assert second[pick.best] == second.max()
-    assert report.deploy_command().split("--trial ")[1].startswith(pick.best)
+    assert report.deploy_command().split("--trial=")[1].startswith(pick.best)
     line = recommendation_line(report)
     assert f"the best on recall@20 of the {len(leaders)} trials ndcg@10 cannot separate" in line
     with pytest.raises(ConfigError, match="--select 'ndcg@10': expected another metric"):

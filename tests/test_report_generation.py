@@ -400,15 +400,15 @@ def test_cli_export_ragas_and_its_errors(
     for args, start in (
         (
             ["export", "ragas", str(gen_run), "--trial", "zz"],
-            f"ragbench export: {gen_run}: no finished trial 'zz'",
+            f"ragbench export ragas: {gen_run}: no finished trial 'zz'",
         ),
         (
             ["export", "ragas", str(tmp_path)],
-            f"ragbench export: {tmp_path}: not a ragbench run directory",
+            f"ragbench export ragas: {tmp_path}: not a ragbench run directory",
         ),
         (
             ["export", "ragas", str(changed)],
-            f"ragbench export: {changed / 'manifest.json'}: the dataset at",
+            f"ragbench export ragas: {changed / 'manifest.json'}: the dataset at",
         ),
     ):
         assert main(args) == 2, args

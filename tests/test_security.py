@@ -549,15 +549,18 @@ def test_fifos_are_skipped_never_read(tmp_path: Path) -> None:
     assert [p.reason for p in direct.report.problems] == ["not a regular file (FIFO): not read"]
 
 
-def test_chunk_warns_about_a_fifo_and_does_not_read_it(tmp_path: Path, capsys) -> None:
+def test_chunk_says_it_skips_a_fifo_and_does_not_read_it(tmp_path: Path, capsys) -> None:
     os.mkfifo(tmp_path / "pipe.md")
     codes: list[int] = []
     argv = ["chunk", str(tmp_path / "pipe.md"), "--format", "summary"]
     _finishes(lambda: codes.append(main(argv)))
-    assert codes == [0]
+    assert codes == [2]  # nothing to chunk: said, not an empty table
     captured = capsys.readouterr()
-    assert "documents   0" in captured.out
-    assert captured.err == f"skipped {tmp_path / 'pipe.md'}: not a regular file (FIFO): not read\n"
+    assert captured.out == ""
+    assert captured.err == (
+        f"ragbench chunk: {tmp_path / 'pipe.md'}: no documents loaded: not a regular file "
+        "(FIFO): not read\n"
+    )
 
 
 def test_ingest_reports_skipped_links_and_follows_them_on_request(tmp_path: Path, capsys) -> None:

@@ -465,15 +465,17 @@ def test_serve_answers_from_a_reingested_collection(tmp_path: Path) -> None:
         assert _post(running, query).json()["hits"][0]["doc_id"] == "birds/heron.md"
 
 
-def test_search_says_it_waits_for_an_ingest_and_times_loading_apart(
+def test_search_never_waits_for_an_ingest_and_times_loading_apart(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """An ingest holds its collection's lock for as long as it runs (hours, for a large
+    corpus); a search answers meanwhile from the batches committed so far."""
     from ragbench.pipeline import collection_lock
 
     target = _collection(tmp_path)
     held, release = threading.Event(), threading.Event()
 
-    def ingest() -> None:  # holds the collection as an ingest does while it saves
+    def ingest() -> None:  # holds the collection as an ingest does
         with collection_lock(target):
             held.set()
             release.wait(30)
@@ -481,14 +483,13 @@ def test_search_says_it_waits_for_an_ingest_and_times_loading_apart(
     writer = threading.Thread(target=ingest)
     writer.start()
     held.wait(10)
-    threading.Timer(1.0, release.set).start()
     where = ["--collection", "docs", "--db", str(tmp_path)]
     try:
         assert main(["search", "admin API port", *where, "--format", "json"]) == 0
+        assert writer.is_alive()  # answered while the lock was held
     finally:
         release.set()
         writer.join()
     printed = capsys.readouterr()
-    assert "collection 'docs' is locked by an ingest" in printed.err
     assert re.search(r"collection 'docs' loaded in \d+ ms", printed.err)
     assert json.loads(printed.out)[0]["doc_id"] == "ref/ports.md"

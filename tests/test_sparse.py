@@ -8,11 +8,13 @@ import math
 from collections import Counter
 from pathlib import Path
 
+import bm25s
 import numpy as np
 import pytest
 import rank_bm25
 
-from ragbench.errors import ConfigError
+from ragbench.errors import ConfigError, DataError
+from ragbench.index import sparse
 from ragbench.index.sparse import BM25Config, BM25Index
 from ragbench.registry import components
 from ragbench.text.tokenize import TokenizerConfig, WordTokenizer
@@ -162,8 +164,14 @@ def test_k_larger_than_the_corpus_pads() -> None:
     assert (BM25Index().search(["cat"], 2).ids == "").all()  # empty index
 
 
-@pytest.mark.parametrize("backend", ["bm25s", "rank_bm25"])
-def test_incremental_add_and_delete_equal_a_fresh_build(backend: str) -> None:
+@pytest.mark.parametrize(
+    ("backend", "spilled"), [("bm25s", False), ("bm25s", True), ("rank_bm25", True)]
+)
+def test_incremental_add_and_delete_equal_a_fresh_build(
+    backend: str, spilled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if spilled:
+        spill(monkeypatch, block=4)
     variant = "bm25+"
     incremental = BM25Index(BM25Config(backend=backend, variant=variant, tokenizer=PLAIN))
     items = list(CORPUS.items())
@@ -185,7 +193,11 @@ def test_incremental_add_and_delete_equal_a_fresh_build(backend: str) -> None:
     ("backend", "variant"), [("bm25s", "lucene"), ("bm25s", "bm25l"), ("rank_bm25", "robertson")]
 )
 @pytest.mark.parametrize("mmap", [False, True])
-def test_save_load_round_trip(backend: str, variant: str, mmap: bool, tmp_path: Path) -> None:
+def test_save_load_round_trip(
+    backend: str, variant: str, mmap: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if mmap:  # and from files, the index saved
+        spill(monkeypatch, block=4)
     index = BM25Index(BM25Config(backend=backend, variant=variant, k1=0.9, b=0.5))
     meta = [{"n": i} for i in range(len(CORPUS))]
     index.add(list(CORPUS), list(CORPUS.values()), meta)
@@ -200,6 +212,139 @@ def test_save_load_round_trip(backend: str, variant: str, mmap: bool, tmp_path: 
     assert loaded.search(["cat"], 4, filter={"n": 0}).ids[0, 0] == "d1"
     loaded.add(["d6"], ["song song song"])  # the tokenized corpus came back too
     assert loaded.search(["song"], 1).ids[0, 0] == "d6"
+
+
+def spill(monkeypatch: pytest.MonkeyPatch, block: int = 64) -> None:
+    """Make indexes read their texts ``block`` term ids at a time, keep their term ids and
+    score matrix in temporary files from the first one, and build it 50 entries at a time."""
+    monkeypatch.setattr(sparse, "_BLOCK_TOKENS", block)
+    monkeypatch.setattr(sparse, "_IN_MEMORY", 0)
+    monkeypatch.setattr(sparse, "_PARTITION", 50)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("sizes", ["one block", "blocks", "spilled"])
+def test_score_matrix_equals_bm25s_own_index(
+    variant: str, sizes: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After adds, replacements (one id given twice in a call) and deletions, whether read in
+    one block or many and kept in memory or in files, the arrays bm25s searches equal those of
+    its own ``index`` of the same texts, to the bit (robertson's and lucene's scaled by k1 + 1)."""
+    if sizes == "blocks":
+        monkeypatch.setattr(sparse, "_BLOCK_TOKENS", 64)
+    elif sizes == "spilled":
+        spill(monkeypatch)
+    rng = np.random.default_rng(11)
+    words = [f"w{i}" for i in range(80)]
+    zipf = 1 / np.arange(1.0, 81.0)
+
+    def texts(n: int) -> list[str]:
+        sizes = rng.integers(0, 15, n)
+        return [" ".join(rng.choice(words, size, p=zipf / zipf.sum())) for size in sizes]
+
+    config = BM25Config(variant=variant, k1=1.3, b=0.6, delta=0.7, tokenizer=PLAIN)
+    index = BM25Index(config)
+    live: dict[str, str] = {}
+
+    def add(ids: list[str], batch: list[str]) -> None:
+        index.add(ids, batch)
+        live.update(zip(ids, batch, strict=True))
+
+    add([f"d{i}" for i in range(80)], texts(80))
+    index.search(["w0"], 1)  # built: what follows is indexed again
+    add([f"d{i}" for i in range(60, 120)] + ["d61"], texts(61))
+    add(["gone"], ["rareword w1"])
+    for id_ in ["gone", *rng.choice([f"d{i}" for i in range(120)], 25, replace=False)]:
+        del live[id_]
+    index.delete(["gone", "unknown", *(f"d{i}" for i in range(120) if f"d{i}" not in live)])
+    add(list(live)[3:], texts(len(live) - 3))  # most ids stored are no text's: rewritten
+    index.save(tmp_path / "ours")
+
+    tokenize = WordTokenizer(PLAIN).tokenize
+    assert index.document_terms(list(live)) == [tokenize(t) for t in live.values()]
+    vocab = json.loads((tmp_path / "ours" / "vocab.json").read_text(encoding="utf-8"))
+    assert "rareword" not in vocab  # no text has it any more
+    ids = {term: i for i, term in enumerate(vocab)}
+    reference = bm25s.BM25(k1=1.3, b=0.6, delta=0.7, method=variant)
+    token_ids = [[ids[t] for t in tokenize(text)] for text in live.values()]
+    reference.index((token_ids, ids), create_empty_token=False, show_progress=False)
+    if variant in ("robertson", "lucene"):
+        reference.scores["data"] *= np.float32(1.3 + 1)
+    reference.save(tmp_path / "reference", show_progress=False)
+    names = ["data.csc", "indices.csc", "indptr.csc"]
+    names += ["nonoccurrence_array"] if variant in ("bm25l", "bm25+") else []
+    for name in names:
+        ours = np.load(tmp_path / "ours" / "bm25s" / f"{name}.index.npy")
+        theirs = np.load(tmp_path / "reference" / f"{name}.index.npy")
+        assert ours.dtype == theirs.dtype, name
+        np.testing.assert_array_equal(ours, theirs, err_msg=name)
+
+
+def test_metadata_is_kept_once_per_distinct_dict_and_filters_see_it(tmp_path: Path) -> None:
+    """Equal dicts (key order aside) are kept once; a tuple is not taken for a list."""
+    index = BM25Index(BM25Config(tokenizer=PLAIN))
+    a, b = {"doc": "a", "n": [1]}, {"doc": "b", "n": (1,)}
+    ids = ["c0", "c1", "c2", "c3", "c6"]
+    texts = ["cat", "cat dog", "dog", "cat bird", "dog bird"]
+    index.add(ids, texts, [a, dict(a), {"n": [1], "doc": "a"}, b, {**b, "n": [1]}])
+    index.add(["c4", "c5"], ["bird", "cat"])  # no metadata
+    index.add(["c1"], ["cat dog"], [{"doc": "c"}])  # replaced, and so is its metadata
+
+    def found(where: dict[str, object]) -> set[str]:
+        return set(index.search(["cat dog bird"], 7, filter=where).ids[0].tolist()) - {""}
+
+    assert found({"n": [1]}) == {"c0", "c2", "c6"}
+    expected = {"a": {"c0", "c2"}, "b": {"c3", "c6"}, "c": {"c1"}}
+    index.save(tmp_path / "bm25")
+    for _ in range(2):
+        assert {doc: found({"doc": doc}) for doc in expected} == expected
+        index = BM25Index.load(tmp_path / "bm25")
+    state = json.loads((tmp_path / "bm25" / "index.json").read_text(encoding="utf-8"))
+    assert state["metadata_values"] == [{}, a, {**b, "n": [1]}, {**b, "n": [1]}, {"doc": "c"}]
+
+
+def test_a_folder_saved_before_metadata_was_kept_once_still_loads(tmp_path: Path) -> None:
+    index = BM25Index(BM25Config(tokenizer=PLAIN))
+    index.add(list(CORPUS), list(CORPUS.values()), [{"n": i % 2} for i in range(len(CORPUS))])
+    index.save(tmp_path / "bm25")
+    state = json.loads((tmp_path / "bm25" / "index.json").read_text(encoding="utf-8"))
+    del state["metadata_values"]  # that earlier layout: one dict per text, no metadata.npy
+    state["metadata"] = [{"n": i % 2} for i in range(len(CORPUS))]
+    (tmp_path / "bm25" / "index.json").write_text(json.dumps(state), encoding="utf-8")
+    (tmp_path / "bm25" / "metadata.npy").unlink()
+    loaded = BM25Index.load(tmp_path / "bm25")
+    queries = ["cat", "dog bird"]
+    assert (loaded.search(queries, 5).ids == index.search(queries, 5).ids).all()
+    assert loaded.search(["cat"], 5, filter={"n": 1}).ids[0].tolist() == ["d2", "", "", "", ""]
+
+
+def test_a_folder_without_a_saved_index_is_a_one_line_error(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"/empty: not a BM25 index saved by ragbench \(no index"):
+        BM25Index.load(tmp_path / "empty")
+    build().save(tmp_path / "bm25")
+    (tmp_path / "bm25" / "tokens.npy").write_bytes(b"not numpy")
+    with pytest.raises(DataError, match=r"bm25: not a BM25 index saved by ragbench \(") as info:
+        BM25Index.load(tmp_path / "bm25")
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("spilled", [False, True])
+def test_an_index_memory_mapped_from_a_folder_can_be_saved_back_there(
+    spilled: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if spilled:
+        spill(monkeypatch, block=4)
+    build(variant="bm25+").save(tmp_path / "bm25")
+    mapped = BM25Index.load(tmp_path / "bm25", mmap=True)
+    mapped.add(["d6"], ["song song cat"])
+    mapped.save(tmp_path / "bm25")  # files replaced under the maps, not overwritten
+    queries = ["cat", "song", "bird dog"]
+    expected = build({**CORPUS, "d6": "song song cat"}, variant="bm25+").search(queries, 6)
+    for index in (mapped, BM25Index.load(tmp_path / "bm25", mmap=True)):
+        found = index.search(queries, 6)
+        assert (found.ids == expected.ids).all()
+        np.testing.assert_allclose(found.scores, expected.scores)
+    assert sorted(p.name for p in (tmp_path / "bm25").iterdir()) == sorted(sparse._SAVED)
 
 
 @pytest.mark.parametrize("backend", ["bm25s", "rank_bm25"])
@@ -286,7 +431,12 @@ def test_scifact_negative_idf_terms_exist() -> None:
 
 
 @pytest.mark.parametrize(("backend", "variant"), BACKENDS)
-def test_score_gives_the_search_scores_of_chosen_texts(backend: str, variant: str) -> None:
+@pytest.mark.parametrize("spilled", [False, True])
+def test_score_gives_the_search_scores_of_chosen_texts(
+    backend: str, variant: str, spilled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if spilled:
+        spill(monkeypatch, block=4)
     index = build(backend=backend, variant=variant)
     for query in ["cat", "cat cat dog", "dog bird the", "unknownword"]:
         hits = dict(index.search([query], 5).row(0))

@@ -23,7 +23,7 @@ from ragbench.cli.finetune import FINETUNE
 from ragbench.cli.optimize import OPTIMIZE
 from ragbench.cli.reports import COMPARE, EXPORT, REPORT
 from ragbench.cli.run import RUN
-from ragbench.cli.spec import add_commands
+from ragbench.cli.spec import Command, add_commands
 from ragbench.errors import ConfigError, DataError, RagbenchError
 
 __all__ = ["main"]
@@ -62,13 +62,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ConfigError, DataError) as exc:
-        print(f"ragbench {args.command}: {exc}", file=sys.stderr)
+        print(f"{_command_line(args)}: {exc}", file=sys.stderr)
         return 2
     except RagbenchError as exc:
-        print(f"ragbench {args.command}: {exc}", file=sys.stderr)
+        print(f"{_command_line(args)}: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The command ``args`` ran, subcommands included (``ragbench datasets validate``): what
+    its messages start with."""
+    words, chosen = ["ragbench"], args.command
+    commands: Sequence[Command] = _COMMANDS
+    while chosen is not None:
+        command = next(c for c in commands if c.name == chosen)
+        words.append(command.name)
+        commands = command.commands
+        chosen = getattr(args, command.dest, None) if command.dest else None
+    return " ".join(words)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 
 from ragbench.cli.spec import Arg, Command
 from ragbench.errors import ConfigError
@@ -16,13 +17,19 @@ def _cache(args: argparse.Namespace) -> int:
     from ragbench.errors import nearest_folder
     from ragbench.index.cache import ArtifactCache
 
+    clearing = args.cache_command == "clear"
+    older = _duration(args.older_than) if clearing and args.older_than is not None else None
     if args.root is not None:  # a file is no cache root: said, never shown as "0 entries"
         nearest_folder(args.root, "--root")
+        if not Path(args.root).is_dir():  # a mistyped root is no empty cache either
+            raise ConfigError(f"--root {args.root}: no such folder, so no cache there")
     cache = ArtifactCache(args.root)  # without --root, RAGBENCH_CACHE (checked the same way)
-    if args.cache_command == "info":
+    if not cache.root.is_dir():
+        print(f"cache root: {cache.root}: no cache there yet (the folder does not exist)")
+        return 0
+    if not clearing:
         print(cache.info())
         return 0
-    older = _duration(args.older_than) if args.older_than is not None else None
     print(f"removed {cache.clear(older)} entries from {cache.root}")
     return 0
 

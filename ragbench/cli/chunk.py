@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ragbench.cli.common import follow_symlinks, json_arg
 from ragbench.cli.spec import Arg, Command
+from ragbench.errors import DataError
 
 
 def _chunk(args: argparse.Namespace) -> int:
@@ -21,6 +22,8 @@ def _chunk(args: argparse.Namespace) -> int:
     source = load(Path(args.path), follow_symlinks=args.follow_symlinks)
     started = time.perf_counter()
     docs = list(source)
+    if not docs:  # a file skipped, a folder with nothing to read: said, not an empty table
+        raise DataError(source.report.nothing_loaded(args.path))
     chunks = chunk_documents(chunker, docs)
     elapsed = time.perf_counter() - started
     out = sys.stdout

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import itertools
 import json
+import socket
 import sys
 import time
 from pathlib import Path
@@ -22,58 +25,54 @@ def _collection_dir(args: argparse.Namespace) -> Path:
     else RAGBENCH_DB or the default collections folder; ``ConfigError`` when that is a file."""
     import os
 
+    from ragbench.errors import path_problem
+
     db = args.db or os.environ.get("RAGBENCH_DB") or Path.home() / ".local/share/ragbench"
+    problem = path_problem(db)
+    if problem is not None:
+        raise ConfigError(f"--db {db}: {problem}")
     if Path(db).exists() and not Path(db).is_dir():
         raise ConfigError(f"--db {db}: is a file, not a folder of collections")
     return Path(db) / args.collection
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from ragbench.pipeline import RAGPipeline, collection_lock, pipeline_trial
-    from ragbench.text.loaders import load
+    from ragbench.ingest import IngestOptions, Progress, ingest
+
+    options = IngestOptions(
+        source=args.source,
+        from_run=args.from_run,
+        trial=args.trial,
+        spec=json_arg("--config", args.config) if args.config else None,
+        replace=args.replace,
+        follow_symlinks=args.follow_symlinks,
+        include=tuple(args.include),
+        exclude=tuple(args.exclude),
+        executor=args.executor,
+        workers=args.workers,
+        scheduler=args.scheduler,
+    )
+    shown = [0.0]
+    live = sys.stderr.isatty()  # a terminal redraws one line; a log gets a line now and then
+
+    def show(progress: Progress) -> None:
+        if time.monotonic() - shown[0] >= (1 if live else 30):
+            shown[0] = time.monotonic()
+            if live:
+                print(f"\r{progress.line()}\033[K", end="", file=sys.stderr, flush=True)
+            else:
+                print(progress.line(), file=sys.stderr, flush=True)
 
     target = _collection_dir(args)
-    if args.source is None and args.from_run is None:
-        raise ConfigError("ingest: give --source PATH, --from-run RUN --trial ID, or both")
-    if (args.from_run is None) != (args.trial is None):
-        raise ConfigError("--from-run and --trial go together (--trial ID, or --trial best)")
-    if args.config and args.from_run:
-        raise ConfigError("--config and --from-run: give one (the trial is the config)")
-    spec = json_arg("--config", args.config) if args.config else None
-    source = (
-        None
-        if args.source is None
-        else load(
-            args.source,
-            follow_symlinks=args.follow_symlinks,
-            include=args.include,
-            exclude=args.exclude,
-        )
-    )
-    with collection_lock(target):  # other ingests into this collection wait until it is saved
-        exists = (target / "pipeline.json").exists()
-        if target.exists() and not exists:
-            raise ConfigError(
-                f"--collection {args.collection}: {target} is a folder ragbench did not write, "
-                "not a collection; it stays as it is (choose another name, or another --db)"
-            )
-        pipeline = RAGPipeline.open(target) if exists else None
-        if pipeline is not None and (
-            args.from_run or (spec is not None and pipeline_trial(spec).id != pipeline.trial.id)
-        ):
-            flag = "--config" if args.config else "--from-run"
-            raise ConfigError(f"{flag}: collection {args.collection!r} exists; its config stays")
-        if pipeline is None and args.from_run:
-            pipeline = RAGPipeline.from_trial(args.from_run, args.trial)
-            print(
-                f"trial {args.trial}: {pipeline.trial.label}, {len(pipeline.document_ids)} "
-                "documents of the run's corpus"
-            )
-        elif pipeline is None:
-            pipeline = RAGPipeline.from_config(spec or {})
-        if source is not None:
-            print(pipeline.index(source, replace=args.replace))
-        pipeline.save(target)
+    try:
+        pipeline, reports = ingest(target, options, show)
+    finally:
+        if shown[0] and live:
+            print(file=sys.stderr)  # an error, or the report, starts on a line of its own
+    if args.from_run:
+        print(f"trial {args.trial}: {pipeline.trial.label}, over the run's corpus")
+    for report in reports:
+        print(report)
     print(f"collection {args.collection!r}: {len(pipeline.chunks)} chunks in {target}")
     return 0
 
@@ -84,17 +83,17 @@ def _open_collection(args: argparse.Namespace) -> RAGPipeline:
     target = _collection_dir(args)
     if not target.exists():
         raise DataError(f"no collection {args.collection!r} in {target.parent}")
-    return RAGPipeline.open(target, lambda message: print(message, file=sys.stderr, flush=True))
+    return RAGPipeline.open(target)
 
 
 def _search(args: argparse.Namespace) -> int:
-    from ragbench.service import MAX_K, check_query, warm_up
+    from ragbench.service import LIMITS, MAX_K, check_query, warm_up
 
     if not 1 <= args.k <= MAX_K:
         raise ConfigError(f"-k: expected a number of results from 1 to {MAX_K}, got {args.k}")
     if (args.query is None) != args.interactive:
         raise ConfigError("search: give a query, or --interactive to read queries from stdin")
-    filter = json_arg("--filter", args.filter) if args.filter else None
+    filter = json_arg("--filter", args.filter, '{"tenant": "a"}') if args.filter else None
     if args.query is not None:
         check_query(args.query)
     started = time.perf_counter()
@@ -110,15 +109,44 @@ def _search(args: argparse.Namespace) -> int:
     if not args.interactive:
         _search_once(pipeline, args.query, args, filter)
         return 0
-    while True:  # the collection and its models stay loaded between queries
+    refused = 0
+    for number in itertools.count(1):  # the collection and its models stay loaded meanwhile
         sys.stderr.write("query> ")
         sys.stderr.flush()
-        line = sys.stdin.readline()
-        query = line.strip()
-        if not line or not query or query == ":q":
-            return 0
-        _search_once(pipeline, query, args, filter)
+        try:  # a line that is no query is said, and the next one read
+            line = _stdin_line(LIMITS.max_query_chars)
+            query = line.strip() if line is not None else ""
+            if not query or query == ":q":
+                break
+            _search_once(pipeline, check_query(query), args, filter)
+        except (ConfigError, DataError) as exc:
+            print(f"ragbench search: line {number}: {exc}", file=sys.stderr, flush=True)
+            refused += 1
         sys.stdout.flush()
+    return 2 if refused else 0
+
+
+def _stdin_line(max_chars: int) -> str | None:
+    """The next line of stdin (None at its end); ``RequestError`` naming ``query`` when it is
+    no UTF-8 or clearly longer than ``max_chars`` (the rest of the line is read and dropped)."""
+    from ragbench.service import RequestError
+
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:  # a text stream (a notebook's, a test's): decoded already
+        return sys.stdin.readline() or None
+    limit = 4 * max_chars + 2  # UTF-8 bytes of max_chars characters, and a newline
+    raw = stream.readline(limit)
+    if not raw:
+        return None
+    if len(raw) == limit and not raw.endswith(b"\n"):
+        while (rest := stream.readline(limit)) and not rest.endswith(b"\n"):
+            pass
+        raise RequestError("query", f"longer than {max_chars:,} characters")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        at = f"byte 0x{raw[exc.start]:02x} at offset {exc.start}"
+        raise RequestError("query", f"not UTF-8: {at}") from None
 
 
 def _search_once(
@@ -170,10 +198,14 @@ def _serve(args: argparse.Namespace) -> int:
             args.allow_remote,
             _collection_dir(args),
         )
-    except OSError as exc:
+    except OSError as exc:  # the address is the host's fault when it names none of this machine
+        host = isinstance(exc, socket.gaierror) or exc.errno in (
+            errno.EADDRNOTAVAIL,
+            errno.EAFNOSUPPORT,
+        )
+        flag = f"--host {args.host}" if host else f"--port {args.port}"
         where = f"{args.host}:{args.port}"
-        message = f"--port {args.port}: cannot listen on {where}: {exc.strerror or exc}"
-        raise ConfigError(message) from None
+        raise ConfigError(f"{flag}: cannot listen on {where}: {exc.strerror or exc}") from None
     print(
         f"serving collection {args.collection!r} ({len(pipeline.chunks)} chunks, "
         f"{', '.join(pipeline.retrievers)}) on {server.url}: POST /search, GET /health, "
@@ -234,6 +266,15 @@ COMMANDS = (
             ),
             _COLLECTION,
             Arg("--db", path="output folder", help=_DB_HELP),
+            Arg(
+                "--executor",
+                choices=["serial", "dask"],
+                default="serial",
+                help="where documents are embedded: here, or on a Dask cluster's workers "
+                "(a local one of --workers processes, or --scheduler's)",
+            ),
+            Arg("--workers", type=int, default=2, help="local Dask workers (default 2)"),
+            Arg("--scheduler", metavar="ADDRESS", help="a Dask scheduler, e.g. tcp://host:8786"),
             Arg(
                 "--config",
                 check=_pipeline_models,

@@ -18,9 +18,11 @@ MLFLOW_URI = "sqlite:///mlruns.db"  # ragbench.experiment.mlflow_log.DEFAULT_URI
 MAX_COLLECTION_NAME = 100
 
 
-def json_arg(flag: str, value: str) -> dict:
-    """The JSON object given to ``flag``; ``ConfigError`` naming the flag otherwise."""
+def json_arg(flag: str, value: str, example: str = '{"kind": ...}') -> dict:
+    """The JSON object given to ``flag``; ``ConfigError`` naming the flag otherwise (and
+    showing ``example``, an object the flag takes)."""
     from ragbench.data.problems import DuplicateKey, loads_json
+    from ragbench.registry import described
 
     try:
         spec = loads_json(value)
@@ -31,7 +33,7 @@ def json_arg(flag: str, value: str) -> dict:
     except RecursionError:
         raise ConfigError(f"{flag}: invalid JSON (nested too deeply)") from None
     if not isinstance(spec, dict):
-        raise ConfigError(f"{flag}: expected a JSON object like '{{\"kind\": ...}}'")
+        raise ConfigError(f"{flag}: expected a JSON object like '{example}', got {described(spec)}")
     return spec
 
 
@@ -83,13 +85,30 @@ def at_least_one(text: str) -> int:
 
 def collection_name(flag: str, name: str) -> None:
     """``ConfigError`` naming ``flag`` unless ``name`` is a plain folder name for a collection
-    (it becomes a folder under the collections folder, and a word of printed commands)."""
+    (it becomes a folder under the collections folder, and a word of commands: one that
+    starts with ``-`` would read as an option)."""
     plain = 0 < len(name) <= MAX_COLLECTION_NAME and name.isprintable()
-    if not plain or "/" in name or "\\" in name or name.startswith("."):
+    if not plain or "/" in name or "\\" in name or name.startswith((".", "-")):
         raise ConfigError(
             f"{flag}: expected a plain name (1-{MAX_COLLECTION_NAME} printable characters, no "
-            f"'/' or '\\', not starting with '.'), got {name!r}"
+            f"'/' or '\\', not starting with '.' or '-'), got {name!r}"
         )
+
+
+def sample_size(flag: str, value: str) -> None:
+    """``ConfigError`` naming ``flag`` unless ``value`` is a sample's size: a number of
+    documents, a percentage or ``all`` (``ragbench.data.sample``)."""
+    from ragbench.data.sample import check_size
+
+    try:
+        check_size(value)
+    except ValueError as exc:
+        raise ConfigError(f"{flag}: {exc}") from None
+
+
+def sample(help: str) -> Arg:
+    """``--sample N|P%|all``: the sample of the documents a sweep runs on (``sample_size``)."""
+    return Arg("--sample", metavar="N|P%|all", check=sample_size, help=help)
 
 
 def collection(help: str) -> Arg:

@@ -30,17 +30,27 @@ def _list(args: argparse.Namespace) -> int:
 
 def _info(args: argparse.Namespace) -> int:
     from ragbench.data.catalog import dataset_format, load_dataset, resolve_dataset
+    from ragbench.data.problems import DEFAULT_SPLIT, MissingSplit
     from ragbench.data.summary import summarize
 
     path = resolve_dataset(args.path)
     fmt = dataset_format(path, args.format, args.queries)
-    info = summarize(load_dataset(path, format=fmt, split=args.split, queries=args.queries))
+    split, shown = args.split or DEFAULT_SPLIT, ""
+    try:
+        labeled = load_dataset(path, format=fmt, split=split, queries=args.queries)
+    except MissingSplit as exc:  # without --split: the set's first split, and which it has
+        if args.split is not None or not exc.splits:
+            raise
+        split, splits = exc.splits[0], ", ".join(exc.splits)
+        shown = f" (no split {DEFAULT_SPLIT!r}, the default; splits: {splits}; --split picks one)"
+        labeled = load_dataset(path, format=fmt, split=split, queries=args.queries)
+    info = summarize(labeled)
     grades = ", ".join(f"grade {g}: {n:,}" for g, n in info.judgements.items())
     rows = [
         ("name", info.name),
         ("path", str(path)),
         ("format", fmt),
-        ("split", info.split),
+        ("split", info.split + shown),
         ("documents", f"{info.documents:,} ({info.characters:,} characters)"),
         ("queries", f"{info.queries:,}"),
         ("judgements", f"{sum(info.judgements.values()):,} ({grades or 'none'})"),
@@ -113,7 +123,7 @@ _COMMANDS = (
                 names=True,
                 help="dataset folder, bundled name (demo) or downloaded BEIR name",
             ),
-            Arg("--split", default="test"),
+            Arg("--split", help="the split to describe (default: test, else the set's first)"),
             _FORMAT,
             QUERIES_FILE,
         ),

@@ -29,15 +29,24 @@ def _eval(args: argparse.Namespace) -> int:
     query_ids = list(qrels) if args.complete else [q for q in qrels if q in run]
     if not query_ids:
         raise DataError(f"{args.run}: no query of the run is judged in {args.qrels}")
-    _write_scores(evaluate_run(qrels, run, metrics, args.level, query_ids), args)
+    lacking = len(qrels) - len(query_ids)
+    if lacking:  # trec_eval's default; said, so that a mean over part of the set is not taken
+        print(  # for one over all of it
+            f"{args.run}: {lacking} of the {len(qrels)} queries judged in {args.qrels} "
+            f"{'is' if lacking == 1 else 'are'} not in the run and left out of the means (-c "
+            "scores them 0)",
+            file=sys.stderr,
+        )
+    _write_scores(evaluate_run(qrels, run, metrics, args.level, query_ids), len(qrels), args)
     return 0
 
 
-def _write_scores(frame: pd.DataFrame, args: argparse.Namespace) -> None:
-    """Means (and, with --per-query, each query first) as a trec_eval table, JSON or CSV."""
+def _write_scores(frame: pd.DataFrame, judged: int, args: argparse.Namespace) -> None:
+    """Means (and, with --per-query, each query first) as a trec_eval table (with its
+    ``num_q``, the queries scored), JSON or CSV; ``judged``: the queries the qrels judge."""
     means = frame.mean()
     if args.format == "json":
-        result = {"queries": len(frame), "means": means.to_dict()}
+        result = {"queries": len(frame), "judged": judged, "means": means.to_dict()}
         if args.per_query:
             result["per_query"] = frame.to_dict(orient="index")
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
@@ -49,9 +58,11 @@ def _write_scores(frame: pd.DataFrame, args: argparse.Namespace) -> None:
         for qid, values in rows:
             writer.writerow([qid, *(repr(float(v)) for v in values)])
         return
-    for qid, values in rows:
-        for metric, value in values.items():
-            sys.stdout.write(f"{metric:<22}\t{qid}\t{value:.4f}\n")
+    lines = [
+        (metric, qid, f"{value:.4f}") for qid, values in rows for metric, value in values.items()
+    ]
+    lines.insert(len(lines) - len(means), ("num_q", "all", str(len(frame))))  # as trec_eval says
+    sys.stdout.writelines(f"{metric:<22}\t{qid}\t{value}\n" for metric, qid, value in lines)
 
 
 EVAL = Command(

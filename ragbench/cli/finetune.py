@@ -29,7 +29,7 @@ def _finetune(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"--out {out}: exists and is not empty (choose a new folder)")
-    settings = {"pairs": args.pairs, **json_arg("--settings", args.settings)}
+    settings = {"pairs": args.pairs, **json_arg("--settings", args.settings, '{"epochs": 2}')}
     try:
         config = FinetuneConfig.model_validate(settings)
     except ValidationError as exc:

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from ragbench.cli.common import collection, globs, print_frame
+from ragbench.cli.common import collection, globs, print_frame, sample
 from ragbench.cli.spec import Arg, Command
 from ragbench.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ragbench.optimize import Optimized
 
 
 def _optimize(args: argparse.Namespace) -> int:
@@ -25,13 +29,16 @@ def _optimize(args: argparse.Namespace) -> int:
         args.out,
         n=args.n,
         seed=args.seed,
+        sample=args.sample,
         generate_labels=args.generate,
         include=args.include,
         exclude=args.exclude,
+        overrides=args.set or (),
     )
     made = done.generation
     if made is not None and made.problems:
         print(skipped_summary(made.problems), file=sys.stderr)
+    print(f"sample:        {_sample_text(done)}")
     if done.own:
         print(
             f"labels:        {done.labels} (yours: {done.queries:,} queries; --generate "
@@ -47,6 +54,17 @@ def _optimize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sample_text(done: Optimized) -> str:
+    """The documents the sweep ran on, of how many, and how to change it."""
+    sample = done.sample
+    if sample is None:
+        return f"none, the sweep ran on all {done.documents:,} documents"
+    return (
+        f"{sample.documents:,} of {sample.of:,} documents (seed {sample.seed}; --sample all "
+        "sweeps every one)"
+    )
+
+
 OPTIMIZE = Command(
     "optimize",
     help="generate labels for a folder of documents, sweep the usual configurations, recommend one",
@@ -54,7 +72,8 @@ OPTIMIZE = Command(
     "(offline, cached), run the default sweep on them "
     "(BM25 at four settings, dense MiniLM, hybrid RRF and convex fusion, on two chunkings), "
     "write the report and print the recommendation, how sure it is and the command that "
-    "deploys it. A second call reuses the labels and the cached stages.",
+    "deploys it. A large corpus is swept on a sample of its documents (--sample), and the "
+    "deploy command indexes every one. A second call reuses the labels and the cached stages.",
     args=(
         Arg("docs", path="input path", names=True, help="folder (or file) of your documents"),
         *globs("DOCS"),
@@ -70,7 +89,17 @@ OPTIMIZE = Command(
             help="generate labels even when DOCS holds its own (a queries.jsonl at its top, or "
             "a labeled set), which are used otherwise",
         ),
-        Arg("--seed", type=int, default=0, help="sampling seed (default 0)"),
+        sample(
+            "sweep on a sample of the documents: N of them, P percent, or all (default: all "
+            "of a small corpus, a sample of a stratified few thousand of a large one)"
+        ),
+        Arg("--seed", type=int, default=0, help="seed of the sample and the queries (default 0)"),
+        Arg(
+            "--set",
+            action="append",
+            metavar="KEY=VALUE",
+            help="override a value of the default sweep's config, e.g. --set latency.queries=0",
+        ),
         collection("collection name in the deploy command"),
     ),
     run=_optimize,

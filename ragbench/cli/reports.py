@@ -48,10 +48,12 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _export_ragas(args: argparse.Namespace) -> int:
+    from ragbench.owned import stream
     from ragbench.report.export import export_ragas
 
     done = export_ragas(args.run_dir, args.trial, args.out)
-    print(f"{done.path}: {done.rows:,} samples of trial {done.trial_id} ({done.label})")
+    said = sys.stderr if stream(done.path) else sys.stdout  # the samples may go to stdout
+    print(f"{done.path}: {done.rows:,} samples of trial {done.trial_id} ({done.label})", file=said)
     return 0
 
 
@@ -108,7 +110,7 @@ EXPORT = Command(
                     "--trial",
                     default="best",
                     metavar="ID",
-                    help="trial id, or 'best' on the run's first metric (default)",
+                    help="trial id, or 'best': the trial the run's report recommends (default)",
                 ),
                 Arg(
                     "--out",

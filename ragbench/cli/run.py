@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ragbench.cli.common import MLFLOW, PICK, QUERIES_FILE, options, picked, print_frame
+from ragbench.cli.common import MLFLOW, PICK, QUERIES_FILE, options, picked, print_frame, sample
 from ragbench.cli.spec import Arg, Command
 from ragbench.errors import ConfigError, DataError
 
@@ -72,11 +73,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_config(args: argparse.Namespace) -> ExperimentConfig:
-    """The config of ``ragbench run``: the file, its ``--set`` overrides, and ``--dataset`` /
-    ``--queries`` in place of its labeled set."""
+    """The config of ``ragbench run``: the file, its ``--set`` overrides, ``--sample`` and
+    ``--dataset`` / ``--queries`` in place of its labeled set."""
     from ragbench.experiment.config import load_config
 
-    config = load_config(args.config, args.set or ())
+    overrides = list(args.set or ())
+    if args.sample is not None:
+        overrides.append(f"dataset.sample={json.dumps(args.sample)}")
+    config = load_config(args.config, overrides)
     dataset: dict[str, str | None] = {}
     if args.dataset:  # another set: its own labels unless --queries gives them
         given = Path(args.dataset)
@@ -158,6 +162,10 @@ RUN = Command(
             help="dataset path or name, replacing the config's (and its queries file)",
         ),
         QUERIES_FILE,
+        sample(
+            "sweep on a sample of the documents: N of them, P percent, or all (sets "
+            "dataset.sample; the seed is dataset.sample_seed)"
+        ),
         Arg(
             "--set",
             action="append",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ragbench.errors import ConfigError, DataError, writable_folder
+from ragbench.errors import ConfigError, DataError, path_problem, writable_folder
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -71,18 +71,23 @@ class Arg:
 
 
 def _a_name(value: str) -> bool:
-    """Whether ``value`` is a name rather than a path: no such file, and no path's look."""
+    """Whether ``value`` is a name rather than a path: no such file, no path's look, and
+    nothing that stops a path from being looked at (``path_problem``: a name too long)."""
     if "://" in value:
         return True
     looks = "/" in value or os.sep in value or value.startswith((".", "~"))
-    return not looks and not Path(value).exists()
+    return not looks and not os.path.lexists(value) and path_problem(value) is None
 
 
 def check_path(kind: PathKind, flag: str, value: str) -> None:
     """``DataError`` (an input) or ``ConfigError`` (an output) naming ``flag`` and the path
-    unless ``value`` is a path of ``kind``. Creates nothing."""
+    unless ``value`` is a path of ``kind`` that can be looked at (no symbolic link loop, no
+    dangling link, no name too long: ``path_problem``). Creates nothing."""
     path = Path(value).expanduser()
     where = f"{flag} {value}" if flag else value
+    problem = path_problem(path)
+    if problem is not None:
+        raise (ConfigError if kind.startswith("output") else DataError)(f"{where}: {problem}")
     if kind == "output folder":
         writable_folder(path, flag or "folder")
     elif kind == "output file":

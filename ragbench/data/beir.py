@@ -8,7 +8,8 @@ in qrels order. ``title="prepend"`` makes a document's text ``title + " " + text
 is in ``metadata["title"]`` either way.
 
 Unreadable input (a missing file, invalid JSON, a missing field, a bad TSV line) raises
-``DataError`` naming file and line. Problems the data survives are logged and kept out of the
+``DataError`` naming file and line (``MissingSplit`` for a split without a qrels file, listing
+those there are). Problems the data survives are logged and kept out of the
 way: a judgement of a document missing from the corpus is kept, one of an unknown query is
 dropped, a repeated id or judgement keeps its first occurrence. ``check_beir`` lists them all.
 """
@@ -23,15 +24,17 @@ from typing import Any, Literal, NamedTuple, cast, get_args
 
 from ragbench.data.labeled import LabeledSet, Qrels
 from ragbench.data.problems import (
+    MissingSplit,
     Problem,
     ProblemLog,
     check_corpus,
+    check_default_split,
     check_judged,
     jsonl_records,
     text_lines,
 )
 from ragbench.data.trec import grade_problem, unwritable
-from ragbench.errors import ConfigError, DataError
+from ragbench.errors import ConfigError
 from ragbench.types import Document, Query
 
 __all__ = ["Title", "check_beir", "is_beir", "load_beir"]
@@ -56,8 +59,12 @@ def load_beir(path: StrPath, split: str = "test", title: Title = "prepend") -> L
     log = ProblemLog(strict=True)
     qrels_file = root / "qrels" / f"{split}.tsv"
     if not qrels_file.is_file():
-        splits = ", ".join(sorted(p.stem for p in (root / "qrels").glob("*.tsv"))) or "none"
-        raise DataError(f"{qrels_file}: no such file (splits in {root / 'qrels'}: {splits})")
+        splits = sorted(p.stem for p in (root / "qrels").glob("*.tsv"))
+        raise MissingSplit(
+            f"{qrels_file}: no such file (splits in {root / 'qrels'}: "
+            f"{', '.join(splits) or 'none'})",
+            splits,
+        )
     data = _read(root, title, log)
     qrels = _judgements(_qrels_rows(qrels_file, log), qrels_file, data.queries, data.docs, log)
     check_judged(log, qrels_file, qrels, split)
@@ -79,6 +86,7 @@ def check_beir(path: StrPath) -> list[Problem]:
     split_files = sorted((root / "qrels").glob("*.tsv"))
     if not split_files:
         log.error(root / "qrels", None, "expected qrels files <split>.tsv, found none")
+    check_default_split(log, root / "qrels", [file.stem for file in split_files])
     judged: set[str] = set()
     for file in split_files:
         qrels = _judgements(_qrels_rows(file, log), file, data.queries, data.docs, log)

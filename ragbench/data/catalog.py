@@ -25,7 +25,7 @@ from ragbench.data.folder import check_folder, is_folder, load_folder, no_labels
 from ragbench.data.labeled import LabeledSet
 from ragbench.data.problems import Problem
 from ragbench.data.spans import check_spans, is_spans, load_spans
-from ragbench.errors import ConfigError, DataError
+from ragbench.errors import ConfigError, DataError, path_problem
 
 __all__ = [
     "DATASETS",
@@ -99,6 +99,9 @@ DATASETS: dict[str, BundledSet] = {
 def resolve_dataset(path_or_name: StrPath) -> Path:
     """The folder of a dataset given by path, bundled name or downloaded BEIR name."""
     path = Path(path_or_name).expanduser()
+    problem = path_problem(path)  # a symbolic link loop, a name too long
+    if problem is not None:
+        raise DataError(f"{path_or_name}: {problem}")
     if path.exists():
         return path
     name = str(path_or_name)

@@ -4,9 +4,12 @@
 ``RAGBENCH_BEIR_URL`` or ``base_url`` says otherwise) into a temporary file next to the target,
 with a ``tqdm`` progress bar, checks its sha256 when one is known (a mismatch deletes the file and
 raises), rejects archive members that would land outside the target (absolute paths, ``..``,
-symlinks), and renames the unpacked folder to ``<dir>/<name>`` only when everything succeeded:
-an interrupted download leaves nothing behind. A folder already present is kept unless
-``force``. Sets go to ``data_dir()``: ``RAGBENCH_DATA`` or ``~/.cache/ragbench/datasets``.
+symlinks), seals the unpacked folder as a download (``ragbench.owned.seal``: the size and SHA-256
+of each file) and renames it to ``<dir>/<name>`` only when everything succeeded: an interrupted
+download leaves nothing behind. A download already present is kept unless ``force``, and
+``force`` replaces only a download (its own files, changed or not): a folder of the user's in its
+place, or a download that files were added to, stays (one line says so). Sets go to ``data_dir()``:
+``RAGBENCH_DATA`` or ``~/.cache/ragbench/datasets``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from typing import IO
 
 from tqdm.auto import tqdm
 
-from ragbench.errors import ConfigError, RagbenchError
+from ragbench.data.beir import is_beir
+from ragbench.errors import ConfigError, RagbenchError, path_problem
+from ragbench.owned import added, owned, seal
 
 __all__ = ["BEIR_DATASETS", "BEIR_URL", "Download", "data_dir", "download_beir"]
 
@@ -55,6 +60,7 @@ BEIR_DATASETS: dict[str, str | None] = {
 
 _CHUNK = 1 << 20
 _TIMEOUT = 60
+_DOWNLOAD = "downloaded dataset"  # what the marker of a download says it holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +75,15 @@ class Download:
 
 
 def data_dir() -> Path:
-    """Where downloaded sets live: ``RAGBENCH_DATA`` or ``~/.cache/ragbench/datasets``."""
+    """Where downloaded sets live: ``RAGBENCH_DATA`` or ``~/.cache/ragbench/datasets``;
+    ``ConfigError`` naming the variable when its path cannot be looked at (``path_problem``)."""
     configured = os.environ.get("RAGBENCH_DATA")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache/ragbench/datasets"
+    if not configured:
+        return Path.home() / ".cache/ragbench/datasets"
+    problem = path_problem(Path(configured).expanduser())
+    if problem is not None:
+        raise ConfigError(f"RAGBENCH_DATA {configured}: {problem}")
+    return Path(configured).expanduser()
 
 
 def download_beir(
@@ -88,6 +100,8 @@ def download_beir(
     ``sha256`` overrides the recorded checksum. Raises ``ConfigError`` for an unknown name and
     ``RagbenchError`` when the download fails (the message names the URL and the HTTP status),
     the checksum differs or the archive is unsafe or broken; nothing is left behind then.
+    ``ConfigError`` when ``directory/name`` holds something else than a download of the set
+    (with ``force``: anything but a marked download without files added to it), which stays.
     """
     if name not in BEIR_DATASETS:
         raise ConfigError(f"unknown BEIR dataset {name!r}; known: {', '.join(BEIR_DATASETS)}")
@@ -95,7 +109,7 @@ def download_beir(
     url = f"{base.rstrip('/')}/{name}.zip"
     root = Path(directory) if directory is not None else data_dir()
     target = root / name
-    if target.exists() and not force:
+    if _present(target, name, force):
         return Download(target, url, downloaded=False, verified=False)
     expected = sha256 or BEIR_DATASETS[name]
     root.mkdir(parents=True, exist_ok=True)
@@ -109,8 +123,45 @@ def download_beir(
             )
         if expected is None:
             logger.warning("%s: no known checksum, the download could not be verified", url)
-        _install(_unpack(archive, Path(work) / "unpacked", url), target)
+        unpacked = _unpack(archive, Path(work) / "unpacked", url)
+        seal(unpacked, _DOWNLOAD)
+        _install(unpacked, target)
     return Download(target, url, downloaded=True, verified=expected is not None)
+
+
+def _present(target: Path, name: str, force: bool) -> bool:
+    """Whether set ``name`` is downloaded at ``target`` already and is kept (not ``force``):
+    a download ragbench marked, or one from before downloads were marked (the BEIR layout).
+    ``ConfigError`` when ``target`` holds anything else, or with ``force`` anything but a marked
+    download that holds no file added since (``owned.added``): what is there stays. An empty
+    folder is no download (False)."""
+    if not target.exists():
+        return False
+    if not target.is_dir():
+        raise ConfigError(f"{target}: is a file, not the folder of dataset {name}")
+    if not any(target.iterdir()):
+        return False
+    download = owned(target, _DOWNLOAD)
+    if not download and not is_beir(target):
+        raise ConfigError(
+            f"{target}: holds files that are not a download of {name}; they stay (give "
+            "another --dir, or move them)"
+        )
+    if not force:
+        return True
+    if not download or target.is_symlink():
+        raise ConfigError(
+            f"--force: {target} is no download ragbench marked (an older one, a copy or a "
+            "link); it stays: delete it yourself to download again"
+        )
+    yours = added(target)
+    if yours:
+        more = f" and {len(yours) - 1} more" if yours[1:] else ""
+        raise ConfigError(
+            f"--force: {target} holds files the download did not ({yours[0]}{more}); it stays: "
+            "move them out, or delete the folder yourself, to download again"
+        )
+    return False
 
 
 def _fetch(url: str, path: Path, progress: bool) -> str:

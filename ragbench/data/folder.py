@@ -23,13 +23,12 @@ says how to get them.
 from __future__ import annotations
 
 import os
-import shlex
 from pathlib import Path
 
 from ragbench.data.labeled import LabeledSet
 from ragbench.data.problems import Problem, ProblemLog
 from ragbench.data.spans import JudgedQuery, check_splits, labeled_set, read_corpus, read_queries
-from ragbench.errors import DataError
+from ragbench.errors import DataError, command_line
 from ragbench.text.loaders import DirectoryLoader
 from ragbench.types import Document
 
@@ -72,7 +71,8 @@ def no_labels(root: Path) -> str:
     return (
         f"{folder}: no labeled queries — write {folder}{QUERIES} "
         '({"query": ..., "relevant": [doc ids]}, see README "Your own documents") '
-        f"or generate them: ragbench datasets generate {shlex.quote(folder)} --out labels/"
+        "or generate them: "
+        f"{command_line('ragbench datasets generate', folder, out='labels/')}"
     )
 
 

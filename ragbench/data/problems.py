@@ -22,22 +22,25 @@ import gzip
 import json
 import logging
 import re
-import shlex
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from ragbench.data.trec import unwritable
-from ragbench.errors import DataError
+from ragbench.errors import DataError, command_line
+from ragbench.registry import described
 from ragbench.types import Document
 
 __all__ = [
+    "DEFAULT_SPLIT",
     "DuplicateKey",
+    "MissingSplit",
     "Problem",
     "ProblemLog",
     "Severity",
     "check_corpus",
+    "check_default_split",
     "check_judged",
     "csv_records",
     "jsonl_records",
@@ -49,6 +52,19 @@ __all__ = [
 logger = logging.getLogger("ragbench.data")
 
 Severity = Literal["error", "warning"]
+
+DEFAULT_SPLIT = "test"
+"""The split ``ragbench run`` (``dataset.split``) and ``datasets info`` read unless told
+another."""
+
+
+class MissingSplit(DataError):
+    """A labeled set has no judged query of the split asked for; ``splits`` are the ones it
+    has (sorted)."""
+
+    def __init__(self, message: str, splits: Iterable[str]) -> None:
+        super().__init__(message)
+        self.splits = sorted(splits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +107,11 @@ class ProblemLog:
         """Log one warning that counts the recorded problems and shows the first."""
         if self.problems:
             logger.warning(
-                "%s: %d data problem(s), the first: %s (`ragbench datasets validate %s` "
-                "lists them all)",
+                "%s: %d data problem(s), the first: %s (`%s` lists them all)",
                 path,
                 len(self.problems),
                 self.problems[0],
-                shlex.quote(str(path)),
+                command_line("ragbench datasets validate", path),
             )
 
 
@@ -194,7 +209,7 @@ def jsonl_records(path: Path, log: ProblemLog) -> Iterator[tuple[int, dict[str, 
             log.error(path, number, str(exc))
             continue
         if not isinstance(record, dict):
-            log.error(path, number, f"expected a JSON object, found {type(record).__name__}")
+            log.error(path, number, f"expected a JSON object, found {described(record)}")
             continue
         bad = unencodable(record) if "\\u" in line else None  # only an escape can spell one
         if bad is not None:
@@ -268,4 +283,17 @@ def check_judged(
             None,
             f"split {split!r}: no judgement has a grade >= 1 (all are 0), "
             "so no query can be evaluated",
+        )
+
+
+def check_default_split(log: ProblemLog, where: object, splits: Iterable[str]) -> None:
+    """Record a warning when a set whose queries are judged on some split has none judged on
+    ``DEFAULT_SPLIT``: ``ragbench run`` refuses it unless its config names another split."""
+    found = sorted(set(splits))
+    if found and DEFAULT_SPLIT not in found:
+        log.warn(
+            where,
+            None,
+            f"no split {DEFAULT_SPLIT!r}, which `ragbench run` evaluates unless the config's "
+            f"dataset.split names another (splits found: {', '.join(found)})",
         )

@@ -52,9 +52,17 @@ from typing import Any
 
 from ragbench.data.cuts import CUTS_FILE, apply_cuts, read_cuts, write_cuts
 from ragbench.data.labeled import LEVELS, Evidence, LabeledSet
-from ragbench.data.problems import Problem, ProblemLog, check_corpus, check_judged, jsonl_records
+from ragbench.data.problems import (
+    MissingSplit,
+    Problem,
+    ProblemLog,
+    check_corpus,
+    check_default_split,
+    check_judged,
+    jsonl_records,
+)
 from ragbench.data.trec import grade_problem, unwritable
-from ragbench.errors import DataError, RagbenchError
+from ragbench.errors import RagbenchError
 from ragbench.owned import mark
 from ragbench.text.loaders import BaseLoader, DirectoryLoader
 from ragbench.text.loaders.directory import OUTPUT
@@ -150,11 +158,13 @@ def labeled_set(
     of them has a relevant judgement."""
     chosen = [q for q in judged if q.split == split]
     if not chosen:
-        splits = ", ".join(sorted({q.split for q in judged})) or "none"
+        splits = {q.split for q in judged}
         why = next((p for p in log.problems if p.file == str(queries_file)), None)
         first = f"; the first problem: {why}" if why is not None and not judged else ""
-        raise DataError(
-            f"{queries_file}: no judged queries of split {split!r} (splits found: {splits}{first})"
+        raise MissingSplit(
+            f"{queries_file}: no judged queries of split {split!r} (splits found: "
+            f"{', '.join(sorted(splits)) or 'none'}{first})",
+            splits,
         )
     qrels = {q.query.id: q.qrels for q in chosen}
     check_judged(log, queries_file, qrels, split)
@@ -185,6 +195,7 @@ def check_splits(judged: list[JudgedQuery], queries_file: Path, log: ProblemLog)
     for split in sorted({q.split for q in judged}):
         qrels = {q.query.id: q.qrels for q in judged if q.split == split}
         check_judged(log, queries_file, qrels, split)
+    check_default_split(log, queries_file, {q.split for q in judged})
 
 
 def _read(root: Path, log: ProblemLog) -> tuple[list[Document], list[JudgedQuery]]:

@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import random
 import re
 import types
@@ -38,6 +39,7 @@ from pydantic import (
     model_validator,
 )
 
+from ragbench.data.sample import SampleSize, check_size
 from ragbench.errors import ConfigError
 from ragbench.evaluate.answers import needs
 from ragbench.evaluate.metric_table import MAX_CUTOFF, Metric, parse_metric, parse_metrics
@@ -69,12 +71,23 @@ __all__ = [
 class DatasetSpec(ConfigModel):
     """Where the labeled set is: a path (relative to the config file) or a bundled name, and for
     a plain folder of documents, optionally its queries file (relative to the config file too;
-    default: the folder's ``queries.jsonl``)."""
+    default: the folder's ``queries.jsonl``).
+
+    ``sample`` sweeps on a sample of the documents (``ragbench.data.sample``): a number of
+    documents, a percentage (``"25%"``) or ``all`` (the default), drawn with ``sample_seed``;
+    every document a kept query is judged on stays in it."""
 
     path: str
     format: Literal["beir", "spans", "chunking_evaluation", "folder"] | None = None
     split: str = "test"
     queries: str | None = None
+    sample: int | str | None = None
+    sample_seed: int = Field(0, ge=0)
+
+    @field_validator("sample", mode="before")
+    @classmethod
+    def _sample(cls, value: Any) -> SampleSize:
+        return check_size(value)
 
 
 MetricField = Annotated[
@@ -219,6 +232,18 @@ class ExperimentConfig(ConfigModel):
         return self
 
     @model_validator(mode="after")
+    def _one_corpus_sampled(self) -> ExperimentConfig:
+        """A sample keeps the documents its split's queries are judged on: honest selection
+        on two splits would select and report on two different samples."""
+        if self.dataset.sample is not None and self.evaluation.report_on is not None:
+            raise ValueError(
+                "@dataset.sample: a sample keeps the documents of one split's queries, and "
+                "evaluation.report_on reports on another split; use evaluation.folds, or "
+                "sample: all"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _no_training_on_reported(self) -> ExperimentConfig:
         """A model fine-tuned on ``pairs: select`` trains on the selection split: the run
         must report on another split (``evaluation.report_on``)."""
@@ -249,7 +274,7 @@ class ExperimentConfig(ConfigModel):
         """The dataset path resolved against the config file's folder; a bare name that is
         not a folder there (``demo``, a downloaded BEIR set) passes through unchanged."""
         path = self.base_dir / Path(self.dataset.path).expanduser()
-        if path.exists() or "/" in self.dataset.path:
+        if os.path.exists(path) or "/" in self.dataset.path:  # a bad path fails on loading
             return str(path)
         return self.dataset.path
 

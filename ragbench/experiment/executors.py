@@ -33,7 +33,7 @@ from ragbench.experiment.store import TrialResult
 from ragbench.experiment.trial import RunSpec, run_trial
 from ragbench.index.cache import default_cache_root
 
-__all__ = ["execute"]
+__all__ = ["dask_client", "execute"]
 
 log = logging.getLogger(__name__)
 
@@ -97,32 +97,37 @@ def _process(spec: RunSpec, trials: Sequence[Trial], workers: int) -> Iterator[T
                 yield _failed(futures[future], exc)
 
 
-def _dask(
-    spec: RunSpec, trials: Sequence[Trial], workers: int, scheduler: str | None
-) -> Iterator[TrialResult]:
-    """Connect to the scheduler (or start a local cluster) now, so that an unreachable one is a
-    ``ConfigError`` before anything runs; the trials run as the result is iterated."""
+def dask_client(workers: int, scheduler: str | None) -> tuple[Any, Any]:
+    """A Dask client of the scheduler at ``scheduler``, or of a new local cluster of
+    ``workers`` processes (returned too, for the caller to close; None otherwise); an
+    unreachable scheduler or a missing package is a ``ConfigError``."""
     try:
         from distributed import Client, LocalCluster
     except ImportError as exc:
         raise ConfigError(
             "executor dask needs the 'dask' extra: pip install ragbench[dask]"
         ) from exc
-    cluster = None
     if scheduler is None:
         cluster = LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
         )
-        client = Client(cluster)
-    else:
-        try:
-            _knock(scheduler)
-            client = Client(scheduler, timeout=_CONNECT_SECONDS)
-        except (OSError, TimeoutError, ValueError) as exc:
-            reason = str(exc) or type(exc).__name__
-            raise ConfigError(
-                f"--scheduler {scheduler}: cannot reach the Dask scheduler ({reason})"
-            ) from None
+        return Client(cluster), cluster
+    try:
+        _knock(scheduler)
+        return Client(scheduler, timeout=_CONNECT_SECONDS), None
+    except (OSError, TimeoutError, ValueError) as exc:
+        reason = str(exc) or type(exc).__name__
+        raise ConfigError(
+            f"--scheduler {scheduler}: cannot reach the Dask scheduler ({reason})"
+        ) from None
+
+
+def _dask(
+    spec: RunSpec, trials: Sequence[Trial], workers: int, scheduler: str | None
+) -> Iterator[TrialResult]:
+    """Connect to the scheduler (or start a local cluster) now, so that an unreachable one is a
+    ``ConfigError`` before anything runs; the trials run as the result is iterated."""
+    client, cluster = dask_client(workers, scheduler)
     try:
         _check_shared_cache(client, spec.cache_root)
     except BaseException:

@@ -36,7 +36,7 @@ from ragbench import progress as progress_display
 from ragbench import telemetry
 from ragbench.endpoints import describe_endpoints
 from ragbench.errors import ConfigError, DataError
-from ragbench.evaluate.metrics import best_first, best_index
+from ragbench.evaluate.metrics import best_first
 from ragbench.experiment.config import (
     ExperimentConfig,
     Trial,
@@ -51,7 +51,7 @@ from ragbench.experiment.executors import execute
 from ragbench.experiment.selection import select
 from ragbench.experiment.store import RUN_TABLES, RunStore, TrialResult
 from ragbench.experiment.tpe import tpe_trials
-from ragbench.experiment.trial import Context, RunSpec, context
+from ragbench.experiment.trial import Context, RunSpec, context, evaluable
 from ragbench.index.cache import writable_cache_root
 from ragbench.index.finetune import TrainedOn, query_digest, trained_on
 from ragbench.models import check_models, model_fields
@@ -176,12 +176,27 @@ def _queries_frame(ctx: Context) -> pd.DataFrame:
 
 
 def _compatible(old: Mapping[str, Any], new: Mapping[str, Any], path: Path) -> None:
+    """``ConfigError`` unless a resume continues the run of the manifest ``old``: the same
+    dataset, queries and evaluation, and a sweep that keeps every trial the run planned (it
+    may add some; trials another sweep planned would be reported beside the new ones as if one
+    config had planned them all)."""
     for key in ("dataset_fingerprint", "queries", "evaluation"):
-        if old.get(key) != new.get(key):
+        before, now = old.get(key), new.get(key)
+        if key == "queries" and isinstance(before, Mapping):  # what a run before `of` recorded
+            now = {k: v for k, v in new[key].items() if k in before}
+        if before != now:
             raise ConfigError(
                 f"{path}: cannot resume, the {key.replace('_', ' ')} changed since the run "
                 "started (use a new --out or --overwrite)"
             )
+    gone = set(old.get("trials", ())) - set(new["trials"])
+    if gone:
+        added = set(new["trials"]) - set(old["trials"])
+        raise ConfigError(
+            f"{path}: cannot resume, the sweep changed since the run started ({len(gone)} of "
+            f"its {len(old['trials'])} trials are not in this config's sweep, which adds "
+            f"{len(added)}); use a new --out or --overwrite"
+        )
 
 
 def _check_limit(limit_queries: int | None) -> None:
@@ -299,13 +314,16 @@ def _evidence(
     for where, name, record in _trained_models(trials, cfg.sweep):
         for ctx in (reported, swept) if reported is not swept else (reported,):
             labeled = ctx.labeled
-            shared = record.shared(ctx.query_texts, f"split {labeled.split!r} of {labeled.name}")
+            source = f"split {labeled.split!r} of {labeled.name}"
+            shared = record.shared(ctx.query_texts, source)
             if shared and ctx is reported:
+                via = record.records(ctx.query_texts, source)
                 raise ConfigError(
                     f"{where}: model {name!r} was fine-tuned on {shared} of the "
                     f"{len(ctx.query_ids)} queries this run reports on (split {labeled.split!r} "
-                    f"of {labeled.name!r}; see {record.record}); report on a split it did not "
-                    "train on (dataset.split, or evaluation.select_on and report_on)"
+                    f"of {labeled.name!r}; see {', '.join(map(str, via))}"
+                    f"{_through(record, via)}); report on a split it did not train on "
+                    "(dataset.split, or evaluation.select_on and report_on)"
                 )
             if shared:
                 log.warning(
@@ -348,6 +366,12 @@ def _evidence(
     return found
 
 
+def _through(record: TrainedOn, via: Sequence[Path]) -> str:
+    """``, through the model it was fine-tuned from`` when the queries a model trained on
+    come from a model down its ``base`` chain."""
+    return ", through the model it was fine-tuned from" if record.record not in via else ""
+
+
 def _trained(where: str, model: str | None, split: str, shared: int, of: int) -> dict[str, Any]:
     """A ``trained_on`` entry of the evidence: where the model is named (or the ``finetune``
     that trains it), the model (None for one the sweep trains), the split and how many of its
@@ -374,23 +398,29 @@ def _trained_models(
 
 
 def _manifest(checked: _Checked) -> dict[str, Any]:
-    """The run's ``manifest.json`` as it starts: config, dataset, queries, evaluation, the
-    metrics evaluated (and skipped), trials (and how many of them the run plans), what the
-    report must say of the evidence, versions."""
+    """The run's ``manifest.json`` as it starts: config, dataset (and the sample of it swept),
+    queries, evaluation, the metrics evaluated (and skipped), trials (and how many of them the
+    run plans), what the report must say of the evidence, versions."""
     spec, ctx, trials = checked.spec, checked.ctx, checked.trials
     cfg, labeled, evaluation = spec.config, ctx.labeled, ctx.evaluation
+    scored = evaluable(labeled, cfg.evaluation, cfg.dataset.path)  # before --limit-queries
+    dataset: dict[str, Any] = {
+        "path": cfg.dataset_path(),
+        "queries": cfg.queries_path(),
+        "name": labeled.name,
+        "split": labeled.split,
+        "documents": len(labeled.documents),
+    }
+    if ctx.sample is not None:  # the documents swept, of how many, and the seed
+        dataset["sample"] = ctx.sample.as_dict()
     return {
         "config": cfg.model_dump(mode="json", exclude={"base_dir"}),
-        "dataset": {
-            "path": cfg.dataset_path(),
-            "queries": cfg.queries_path(),
-            "name": labeled.name,
-            "split": labeled.split,
-            "documents": len(labeled.documents),
-        },
+        "dataset": dataset,
         "dataset_fingerprint": labeled.fingerprint,
         "queries": {
             "count": len(ctx.query_ids),
+            "of": len(scored.queries),
+            "left_out": scored.left_out,
             "limit": spec.limit_queries,
             "key": ctx.queries_key,
         },
@@ -467,16 +497,13 @@ class _Postfix:
 
 
 def find_trial(run: str | Path | RunStore, wanted: str) -> Trial:
-    """A finished trial of a run directory, by id or ``best`` (the best on the run's first
-    metric)."""
+    """A finished trial of a run directory, by id. (The trial a run recommends is its
+    report's to say: ``ragbench.report.pick``.)"""
     store = run if isinstance(run, RunStore) else RunStore(run)
     trials = store.trials()
     ok = trials[trials["status"] == "ok"] if not trials.empty else trials
     if ok.empty:
         raise DataError(f"{store.path}: no finished trial")
-    if wanted == "best":
-        metric = store.metrics()[0]
-        wanted = str(best_index(ok.set_index("trial_id")[metric], metric))
     if wanted not in set(ok["trial_id"]):
         listed = ", ".join(
             f"{t} ({label})" for t, label in zip(ok["trial_id"], ok["label"], strict=True)

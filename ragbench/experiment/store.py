@@ -21,8 +21,11 @@ error naming the folder, so the tables keep their last good version. One process
 writes a run directory (``hold``), and ``repair`` checks finished trials against this contract
 before a resume, dropping those that lost a file so that they run again. Every file is checked
 where ``RunStore`` reads it — a table for its columns and their types, a JSON file for its
-keys (``read_json``) — so one damaged, truncated or written by another tool is one
-``DataError`` naming it and what was expected.
+keys (``read_json``), the tables against each other (each trial listed once, every per-query
+value of each finished trial, the queries the run evaluated) — so one damaged, truncated or
+written by another tool is one ``DataError`` naming it and what was expected. A table is read
+through one open handle, so a reader of a run still being written (``running``) never sees
+half a file. ``dataset`` is the labeled set the run scored, refused once it changed.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -44,6 +48,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from filelock import FileLock, Timeout
 
+from ragbench.data import load_dataset
+from ragbench.data.labeled import LabeledSet
+from ragbench.data.sample import sample_set
 from ragbench.data.trec import write_ranking
 from ragbench.errors import ConfigError, DataError, RagbenchError
 from ragbench.owned import MARKER, claim
@@ -195,9 +202,16 @@ _MANIFEST: dict[str, Any] = {
         "baseline?": (str, _NULL),
         "search?": {"strategy?": str, "n?": (int, _NULL)},
     },
-    "dataset": {"path": str, "split": str, "name": str, "documents": int, "queries?": (str, _NULL)},
+    "dataset": {
+        "path": str,
+        "split": str,
+        "name": str,
+        "documents": int,
+        "queries?": (str, _NULL),
+        "sample?": {"documents": int, "of": int, "seed": int, "source?": str},
+    },
     "dataset_fingerprint": str,
-    "queries": {"count": int},
+    "queries": {"count": int, "of?": int, "left_out?": {"*": int}},
     "evaluation": {"level": str, "relevance_level": int, "context_k?": int},
     "metrics?": [str],
     "skipped_metrics?": {"*": str},
@@ -358,12 +372,15 @@ def _column_problem(column: pd.Series, kind: type) -> str | None:
 
 def _read_parquet(path: Path, table: str) -> pd.DataFrame:
     """A table of the run directory with the columns of ``table`` (``_COLUMNS``); ``DataError``
-    naming it when it cannot be read or lacks one."""
+    naming it when it cannot be read or lacks one. The file is read through one open handle:
+    a reader given the path looks up its size and opens it apart, so a run replacing the file
+    between the two would hand it the size of one version and the bytes of the next."""
     try:
-        frame = pd.read_parquet(path)
+        with path.open("rb") as handle:
+            frame = pd.read_parquet(handle)
     except (OSError, ValueError, pa.ArrowException) as exc:  # ArrowInvalid is a ValueError
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        reason = reason.replace(f"Could not open Parquet input source '{path}': ", "")
+        reason = re.sub(r"^Could not open Parquet input source '[^']*': ", "", reason)
         raise DataError(f"{path}: not a readable parquet table ({reason})") from None
     expected = _COLUMNS[table]
     if not frame.columns.size:  # a table written with no rows nor columns (no trial had any)
@@ -383,6 +400,20 @@ def _read_parquet(path: Path, table: str) -> pd.DataFrame:
         if problem is not None:
             raise DataError(f"{path}: column {column!r} {problem}")
     return frame
+
+
+_CHANGED = "it was changed since the run, by hand or by another tool"
+_READS = 3  # reads of trials.parquet and per_query.parquet before a mismatch is damage
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """Which version of ``path`` is there now (inode, size, modification time; an atomic
+    write makes a new inode), or None when it is missing."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 def _started_run(path: Path) -> bool:
@@ -448,6 +479,48 @@ class RunStore:
             raise
         lock.release()
 
+    def running(self) -> bool:
+        """Whether a run holds this run directory now (``hold``, in any process): its files
+        are still being written, so what is missing may yet come. Probed without waiting, and
+        the lock file stays as it is."""
+        path = self.path / ".lock"
+        if not path.is_file():
+            return False
+        probe = FileLock(path)
+        try:
+            probe.acquire(timeout=0)
+        except Timeout:
+            return True
+        except OSError:  # a lock file this process cannot open: it cannot tell, and reads on
+            return False
+        probe.release()
+        return False
+
+    def dataset(self, whole: bool = False) -> LabeledSet:
+        """The run's labeled set as the run scored it: the sample of it the run's config
+        drew, when it drew one, else (and with ``whole``) every document. ``DataError``
+        naming the manifest when the set changed since the run (the fingerprint of what it
+        scored differs): the trials were scored on other documents or labels than those a
+        deployed or exported trial would read."""
+        manifest = self.manifest()
+        dataset, config = manifest["dataset"], manifest["config"]["dataset"]
+        labeled = load_dataset(
+            dataset["path"],
+            format=config.get("format"),
+            split=dataset["split"],
+            queries=dataset.get("queries"),
+        )
+        scored = labeled
+        if config.get("sample") is not None:
+            scored, _ = sample_set(labeled, config["sample"], int(config.get("sample_seed", 0)))
+        if scored.fingerprint != manifest["dataset_fingerprint"]:
+            raise DataError(
+                f"{self.manifest_path}: the dataset at {dataset['path']} changed since the run "
+                "(its fingerprint differs), so the run's scores are not those of its trials "
+                "over it now; run the sweep again"
+            )
+        return labeled if whole else scored
+
     def metrics(self) -> list[str]:
         """The metrics the run evaluated, in config order (those it had to skip left out)."""
         manifest = self.manifest()
@@ -487,6 +560,13 @@ class RunStore:
         if not path.is_file():
             return pd.DataFrame()
         trials = _read_parquet(path, "trials")
+        twice = trials["trial_id"][trials["trial_id"].duplicated()]
+        if len(twice):
+            rows = np.flatnonzero(trials["trial_id"] == twice.iloc[0]) + 1
+            raise DataError(
+                f"{path}: a trial listed {len(rows)} times ({twice.iloc[0]!r}, rows "
+                f"{', '.join(map(str, rows))}), and a run lists each trial once; {_CHANGED}"
+            )
         if self.exists() and (trials["status"] == "ok").any():  # finished trials' means
             for metric in self.metrics():
                 found = trials.get(metric)
@@ -497,8 +577,22 @@ class RunStore:
 
     def queries(self) -> pd.DataFrame:
         """The evaluated queries: query_id, text, qrels and evidence (JSON), reference answer
-        and how the label was made (``method``) where known."""
-        return self._required("queries")
+        and how the label was made (``method``) where known; ``DataError`` naming the file
+        when it lists a query twice or another number of queries than the run evaluated."""
+        path = self.path / "queries.parquet"
+        queries = self._required("queries")
+        twice = queries["query_id"][queries["query_id"].duplicated()]
+        if len(twice):
+            raise DataError(f"{path}: a query listed twice ({twice.iloc[0]!r}); {_CHANGED}")
+        count = int(self.manifest()["queries"]["count"])
+        if len(queries) != count:
+            gap = count - len(queries)
+            which = f"{gap} missing" if gap > 0 else f"{-gap} more than it evaluated"
+            raise DataError(
+                f"{path}: {len(queries)} queries, and the run evaluated {count} (its "
+                f"{self.manifest_path.name}): {which}; {_CHANGED}"
+            )
+        return queries
 
     def top(self, trial_id: str) -> pd.DataFrame:
         """A trial's top chunks per query (``runs/<trial>.top.parquet``): query_id, rank,
@@ -506,8 +600,66 @@ class RunStore:
         return self._required("top", f"runs/{trial_id}.top.parquet")
 
     def per_query(self) -> pd.DataFrame:
-        """Per-query values of finished trials."""
-        return self._table("per_query", ["trial_id", "query_id", "metric", "value"])
+        """Per-query values of finished trials: each has one value of each metric the run
+        evaluated for each query of ``queries.parquet``; ``DataError`` naming the file when a
+        finished trial lacks some, has one twice or has one of a query the run did not
+        evaluate. ``trials.parquet`` is read first: a running sweep writes a trial's values
+        before its row, so every trial read has its values, unless the row was dropped since
+        (a resume's ``repair``): then both are read again."""
+        path, reads = self.path / "trials.parquet", 0
+        while True:
+            seen = _identity(path)
+            trials = self.trials()
+            values = self._table("per_query", ["trial_id", "query_id", "metric", "value"])
+            if trials.empty:
+                return values.iloc[:0]
+            finished = trials[trials["status"] == "ok"]
+            problem = self._values_problem(finished, values)
+            if problem is None:
+                return values[values["trial_id"].isin(finished["trial_id"])].reset_index(drop=True)
+            reads += 1
+            if reads == _READS or _identity(path) == seen:
+                raise DataError(problem)
+
+    def _values_problem(self, finished: pd.DataFrame, values: pd.DataFrame) -> str | None:
+        """What is wrong with the per-query ``values`` of the ``finished`` trials (rows of
+        ``trials.parquet``), or None."""
+        if finished.empty:
+            return None
+        file = self.path / "per_query.parquet"
+        metrics, ids = self.metrics(), self.queries()["query_id"]
+        ours = values["trial_id"].isin(finished["trial_id"]) & values["metric"].isin(metrics)
+        rows = values[ours]
+        twice = rows.duplicated(["trial_id", "metric", "query_id"])
+        if twice.any():
+            row = rows[twice].iloc[0]
+            return (
+                f"{file}: a value listed twice ({row['metric']} of query {row['query_id']!r} "
+                f"for trial {row['trial_id']!r}); {_CHANGED}"
+            )
+        known = rows["query_id"].isin(set(ids))
+        if not known.all():
+            row = rows[~known].iloc[0]
+            return (
+                f"{file}: a value of a query the run did not evaluate ({row['query_id']!r}, "
+                f"which queries.parquet does not list, for trial {row['trial_id']!r}); {_CHANGED}"
+            )
+        expected = len(ids) * len(metrics)
+        counts = rows.groupby("trial_id").size()
+        short = [t for t in finished["trial_id"] if counts.get(t, 0) < expected]
+        if not short:
+            return None
+        trial = short[0]
+        label = finished.loc[finished["trial_id"] == trial, "label"].iloc[0]
+        mine = rows[rows["trial_id"] == trial]
+        have = set(zip(mine["metric"], mine["query_id"], strict=True))
+        metric, query = next((m, q) for m in metrics for q in ids if (m, q) not in have)
+        others = f" (and {len(short) - 1} other trial(s))" if len(short) > 1 else ""
+        return (
+            f"{file}: {expected - len(mine)} of the {expected} per-query values of trial "
+            f"{trial!r} ({label}) are missing, e.g. {metric} of query {query!r}{others}; "
+            f"{_CHANGED} (`ragbench run --resume` runs such trials again)"
+        )
 
     def answers(self) -> pd.DataFrame:
         """Answers of finished trials with a generator: trial_id, query_id, answer, chunk ids
@@ -606,7 +758,8 @@ class RunStore:
         those that lack any, so that a resume runs them again; returns what was dropped and
         why. An unreadable table is removed: every trial then runs again."""
         try:
-            trials, per_query, curve_rows = self.trials(), self.per_query(), self.curves()
+            trials, curve_rows = self.trials(), self.curves()
+            per_query = self._table("per_query", ["trial_id", "query_id", "metric", "value"])
         except DataError as exc:
             for name in RUN_TABLES:
                 (self.path / name).unlink(missing_ok=True)

@@ -29,6 +29,7 @@ from ragbench.data import load_dataset
 from ragbench.data.catalog import resolve_dataset
 from ragbench.data.labeled import LabeledSet
 from ragbench.data.pairs import split_pairs
+from ragbench.data.sample import Sampled, recorded, sample_set
 from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.metrics import relevant_query_ids
 from ragbench.experiment.config import (
@@ -48,7 +49,7 @@ from ragbench.retrieve.artifacts import QueryUsage
 from ragbench.retrieve.execution import Execution
 from ragbench.retrieve.graph import Env, Pairs, Plan, compile_plan, stage_key
 
-__all__ = ["Context", "RunSpec", "chunk_depth", "context", "run_trial"]
+__all__ = ["Context", "Evaluable", "RunSpec", "chunk_depth", "context", "evaluable", "run_trial"]
 
 log = logging.getLogger(__name__)
 
@@ -93,19 +94,37 @@ def _files_signature(path_or_name: str) -> str:
 
 
 class Context:
-    """What all trials of a run share within one process: the data and its evaluated queries,
-    the stage cache, the models (``env``), the latency sample and measurements, and the
-    trials' ``evaluation`` (what scoring a trial needs, handed whole to it)."""
+    """What all trials of a run share within one process: the data (a sample of it when the
+    config asks, ``ragbench.data.sample``) and its evaluated queries, the stage cache, the
+    models (``env``), the latency sample and measurements, and the trials' ``evaluation``
+    (what scoring a trial needs, handed whole to it)."""
 
     def __init__(self, spec: RunSpec) -> None:
         config = spec.config
         self.spec = spec
-        self.labeled: LabeledSet = load_dataset(
+        labeled = load_dataset(
             config.dataset_path(),
             format=config.dataset.format,
             split=spec.split or config.sweep_split,
             queries=config.queries_path(),
         )
+        self.sample: Sampled | None = recorded(labeled)
+        """The sample of a corpus the sweep runs on: the config's ``dataset.sample``, or the
+        one a generated set was made from; None for every document."""
+        if config.dataset.sample is not None:
+            labeled, applied = sample_set(
+                labeled, config.dataset.sample, config.dataset.sample_seed
+            )
+            self.sample = applied or self.sample
+            if applied is not None and applied.queries is not None:
+                log.warning(
+                    "dataset.sample: the documents the queries are judged on would fill more "
+                    "than half of the %d sampled; %d of the %d queries are kept",
+                    applied.documents,
+                    applied.queries,
+                    applied.queries_of,
+                )
+        self.labeled: LabeledSet = labeled
         queries = _evaluated_queries(self.labeled, config.evaluation, config.dataset.path)
         queries = queries[: spec.limit_queries]
         if not queries:
@@ -168,25 +187,44 @@ class Context:
         return partial(split_pairs, labeled, relevance_level=level), key
 
 
-def _evaluated_queries(
-    labeled: LabeledSet, evaluation: EvaluationSpec, dataset: str
-) -> list[tuple[str, str]]:
-    """The (id, text) of the queries ``evaluation`` scores: those judged at its level with a
-    relevant judgement, and with span evidence when its level or a metric needs spans."""
-    ids = set(relevant_query_ids(labeled.qrels, evaluation.relevance_level))
+@dataclass(frozen=True)
+class Evaluable:
+    """The (id, text) of the queries an evaluation scores, and how many judged queries it
+    leaves out, by why: ``other_levels`` (judged at other levels than the evaluated one
+    only), ``missing_documents`` (every document judged relevant is absent from the corpus:
+    no ranking can find one, so the query scores nothing in every trial and separates none),
+    ``no_spans`` (no span evidence where the level or a metric needs spans)."""
+
+    queries: list[tuple[str, str]]
+    left_out: dict[str, int]
+
+
+def evaluable(labeled: LabeledSet, evaluation: EvaluationSpec, dataset: str) -> Evaluable:
+    """The queries ``evaluation`` scores: those judged at its level with a relevant
+    judgement of a document the corpus holds, and with span evidence when its level or a
+    metric needs spans; ``ConfigError`` when that leaves none, naming the dataset."""
+    level = evaluation.relevance_level
+    ids = set(relevant_query_ids(labeled.qrels, level))
     elsewhere = ids - labeled.judged_at(evaluation.level)
     if elsewhere and elsewhere == ids:
         raise ConfigError(
             f"evaluation.level: every judged query of dataset {dataset!r} is judged at other "
             f"levels than {evaluation.level!r} only (their 'levels' in queries.jsonl)"
         )
-    if elsewhere:
-        log.info(
-            "%d queries judged at other levels only are left out at level %r",
-            len(elsewhere),
-            evaluation.level,
-        )
     ids -= elsewhere
+    documents = labeled.doc_index
+    missing = {
+        q for q in ids if not any(d in documents for d, g in labeled.qrels[q].items() if g >= level)
+    }
+    if missing and missing == ids:
+        first = min(missing)
+        raise ConfigError(
+            f"dataset {dataset!r}: every judged query judges only documents its corpus does not "
+            f"hold (query {first!r} judges {', '.join(sorted(labeled.qrels[first]))}), so no "
+            "ranking can find any; is the corpus the one the queries were judged on?"
+        )
+    ids -= missing
+    spanless: set[str] = set()
     if evaluation.level in {"chunk", "span"} or any(m.is_span for m in evaluation.metrics):
         if not labeled.has_spans:
             raise ConfigError(
@@ -194,15 +232,41 @@ def _evaluated_queries(
                 f"evidence, and dataset {dataset!r} has none"
             )
         spanless = ids - set(labeled.evidence)
-        if spanless:
-            log.warning(
-                "%d judged queries without span evidence are left out: level %r / span "
-                "metrics score only queries with evidence",
-                len(spanless),
-                evaluation.level,
-            )
         ids -= spanless
-    return [(q.id, q.text) for q in labeled.queries if q.id in ids]
+    counts = {"other_levels": elsewhere, "missing_documents": missing, "no_spans": spanless}
+    return Evaluable(
+        [(q.id, q.text) for q in labeled.queries if q.id in ids],
+        {why: len(left) for why, left in counts.items() if left},
+    )
+
+
+def _evaluated_queries(
+    labeled: LabeledSet, evaluation: EvaluationSpec, dataset: str
+) -> list[tuple[str, str]]:
+    """The (id, text) of the queries ``evaluation`` scores (``evaluable``), logging those it
+    leaves out and why."""
+    found = evaluable(labeled, evaluation, dataset)
+    left = found.left_out
+    if "other_levels" in left:
+        log.info(
+            "%d queries judged at other levels only are left out at level %r",
+            left["other_levels"],
+            evaluation.level,
+        )
+    if "missing_documents" in left:
+        log.warning(
+            "%d judged queries judge only documents not in the corpus and are left out: no "
+            "ranking can find them, so they would score nothing in every trial",
+            left["missing_documents"],
+        )
+    if "no_spans" in left:
+        log.warning(
+            "%d judged queries without span evidence are left out: level %r / span "
+            "metrics score only queries with evidence",
+            left["no_spans"],
+            evaluation.level,
+        )
+    return found.queries
 
 
 _CONTEXTS: dict[str, Context] = {}

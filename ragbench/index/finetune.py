@@ -20,24 +20,41 @@ passage twice (a false in-batch negative). AdamW with linear warm-up and decay; 
 step ``s`` is seeded by ``(seed, s)``, so a run resumed from its checkpoint (written every
 ``CHECKPOINT_SECONDS`` into its work folder) goes on as if it had not stopped.
 
+Training runs in bounded memory (``MEMORY_SAVING``): each transformer layer's activations are
+recomputed in the backward pass instead of kept (activation checkpointing, dropout replayed, so
+the gradients are those of a plain pass), a cross-encoder's batch is scored in parts of at most
+``batch_size`` pairs whose gradients add up to the batch's, and activations are allocated apart
+from glibc's heaps (``_mapped_allocations``). A batch's peak is then that of one layer over one
+forward pass, not of every layer over the whole batch.
+
+A model whose loss over its last steps stays within ``CHANCE_MARGIN`` of a random guess's
+(``_chance``: ln of the candidates a query is ranked among, for instance) learnt nothing it can
+rank by: its record says so (``not_trained``) and ``TunedModel.usable`` refuses it, so a sweep
+fails its trials with that reason instead of scoring a model at chance.
+
 The trained model directory holds ``training.json``: where the pairs came from, their count,
 a digest of each training query's text (``query_digest``: a run then tells whether it evaluates
-a query the model trained on, ``trained_on``), the settings, the loss per step, wall seconds
-and the peak resident memory of the process. ``planned_steps`` counts the steps training will
-take before any model loads, with the schedule ``train`` follows (``training_steps``).
+a query the model trained on, ``trained_on``), the settings, the loss per step, the final loss
+against chance's, wall seconds and the peak resident memory of the process. ``planned_steps``
+counts the steps training will take before any model loads, with the schedule ``train``
+follows (``training_steps``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import logging
+import math
 import os
+import platform
 import resource
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
@@ -54,7 +71,10 @@ if TYPE_CHECKING:
     from ragbench.data.pairs import TrainingPairs
 
 __all__ = [
+    "CHANCE_MARGIN",
     "CHECKPOINT_SECONDS",
+    "FINAL_STEPS",
+    "MEMORY_SAVING",
     "Family",
     "FinetuneConfig",
     "FinetuneError",
@@ -74,6 +94,11 @@ log = logging.getLogger(__name__)
 
 Family = Literal["bi-encoder", "cross-encoder"]
 CHECKPOINT_SECONDS = 120.0
+MEMORY_SAVING = True  # off: a batch's every activation kept at once (sentence-transformers' way)
+FINAL_STEPS = 5  # a run's final loss is the mean of its last steps'
+CHANCE_MARGIN = 0.05  # a final loss above (1 - this) x a random guess's is that of no training
+_MMAP_THRESHOLD = 1 << 20  # bytes: larger allocations are mapped apart while training
+_GLIBC_MMAP_CEILING = 32 << 20  # where glibc's own threshold climbs to (64-bit)
 CHARS_PER_TOKEN = 4  # a passage window of max_seq_length tokens spans about this many characters
 _LOSSES: dict[Family, tuple[str, ...]] = {
     "bi-encoder": ("mnrl", "triplet", "margin_mse"),
@@ -135,11 +160,31 @@ class FinetuneConfig(ConfigModel):
                 f"{', '.join(_LOSSES[family])}"
             )
         negatives = self.n_negatives if self.negatives != "none" else 0
-        if loss in _NEED_NEGATIVES and negatives == 0:
-            raise FinetuneError(f"finetune.loss: {loss} needs hard negatives (n_negatives >= 1)")
-        if family == "cross-encoder" and negatives == 0:
-            raise FinetuneError("finetune: a cross-encoder learns from hard negatives; set some")
+        if negatives == 0 and (loss in _NEED_NEGATIVES or family == "cross-encoder"):
+            raise FinetuneError(self._without_negatives(family, loss))
         return loss
+
+    def _without_negatives(self, family: Family, loss: str) -> str:
+        """Why this config, which leaves no hard negatives, cannot train ``family`` with
+        ``loss``: naming the key that took them away, and whether ``loss`` was set or is the
+        default."""
+        key, value = ("negatives", "none") if self.negatives == "none" else ("n_negatives", "0")
+        cause, fix = f"{key}: {value}", "negatives: bm25 or model with n_negatives >= 1"
+        if family == "cross-encoder":
+            return (
+                f"finetune.{key}: {value} leaves no hard negatives, which a cross-encoder "
+                f"learns from; set {fix}"
+            )
+        if self.loss is None:
+            return (
+                f"finetune.{key}: {value} leaves no hard negatives, which {loss} needs (the "
+                f"loss chosen by default for {self.pairs} pairs, as loss is not set); set "
+                f"loss: mnrl to train without them, or {fix}"
+            )
+        return (
+            f"finetune.loss: {loss} needs hard negatives and {cause} leaves none; set "
+            f"loss: mnrl, or {fix}"
+        )
 
     @property
     def width(self) -> int:
@@ -179,6 +224,14 @@ class TunedModel:
         found: dict[str, Any] = json.loads((self.path / "training.json").read_text("utf-8"))
         return found
 
+    def usable(self) -> Path:
+        """The folder to run the model from; ``FinetuneError`` with its record's reason when
+        training left it at chance (``not_trained``), so nothing scores it as a trained model."""
+        reason = self.record().get("not_trained")
+        if reason:
+            raise FinetuneError(str(reason))
+        return self.path
+
 
 def query_digest(text: str) -> str:
     """A short digest of a query's text, the same for texts that differ only in case and
@@ -191,42 +244,87 @@ def query_digest(text: str) -> str:
 class TrainedOn:
     """What a trained model's ``training.json`` (``record``) says of the queries it trained
     on: their digests (``query_digest``), or — in a record written before they were kept —
-    only where its pairs came from (``source``)."""
+    only where its pairs came from (``source``); and ``base``: the same of the model it was
+    fine-tuned from, when ragbench trained that one too. A model fine-tuned from one that
+    trained on a query has trained on it as well."""
 
     record: Path
     source: str
     digests: frozenset[str] | None
+    base: TrainedOn | None = None
+
+    @property
+    def lineage(self) -> list[TrainedOn]:
+        """This model's record, then its base's, and so on down the chain."""
+        chain: list[TrainedOn] = []
+        link: TrainedOn | None = self
+        while link is not None:
+            chain.append(link)
+            link = link.base
+        return chain
 
     def shared(self, texts: Sequence[str], split_source: str) -> int:
-        """How many of ``texts`` the model trained on. Without digests, all of them when its
-        pairs came from ``split_source`` (how ``split_pairs`` names the split the texts are
-        from), else none."""
+        """How many of ``texts`` the model, or a model of its ``base`` chain, trained on.
+        Without digests, a record counts all of them when its pairs came from
+        ``split_source`` (how ``split_pairs`` names the split the texts are from), else
+        none."""
+        return sum(any(link._saw(t, split_source) for link in self.lineage) for t in texts)
+
+    def records(self, texts: Sequence[str], split_source: str) -> list[Path]:
+        """The ``training.json`` of each model of the chain that trained on some of
+        ``texts``."""
+        return [
+            link.record for link in self.lineage if any(link._saw(t, split_source) for t in texts)
+        ]
+
+    def _saw(self, text: str, split_source: str) -> bool:
+        """Whether this record alone says the model trained on ``text``."""
         if self.digests is None:
-            return len(texts) if self.source == split_source else 0
-        return sum(query_digest(t) in self.digests for t in texts)
+            return self.source == split_source
+        return query_digest(text) in self.digests
 
 
 def trained_on(model: str) -> TrainedOn | None:
     """What the model ``model`` (a name or path, as a config gives it) trained on, when it is
-    a folder ``train`` wrote (one with a ``training.json``); None for any other model. A
-    ``training.json`` that is not such a record is a ``DataError`` naming it."""
+    a folder ``train`` wrote (one with a ``training.json``), with what the model it was
+    fine-tuned from (its record's ``base``) trained on, down the chain; None for any other
+    model. A ``training.json`` that is not such a record, or a chain that comes back to a
+    model, is a ``DataError`` naming it."""
+    return _trained_on(model, ())
+
+
+def _trained_on(model: str, below: tuple[Path, ...]) -> TrainedOn | None:
+    """``trained_on`` of ``model``, a base of the records ``below`` (the chain so far)."""
     record = Path(resolve_model(model)).expanduser() / "training.json"
     if not record.is_file():
         return None
+    if record.resolve() in below:
+        raise DataError(
+            f"{record}: the models fine-tuned from one another (each record's 'base', from "
+            f"{below[0]}) come back to this one; no model can be its own base"
+        )
     try:
         found = json.loads(record.read_text("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DataError(f"{record}: not a readable training record ({exc})") from None
     digests = found.get("query_digests") if isinstance(found, dict) else None
     source = found.get("pairs") if isinstance(found, dict) else None
-    if not isinstance(source, str) or not (
-        digests is None or (isinstance(digests, list) and all(isinstance(d, str) for d in digests))
+    base = found.get("base") if isinstance(found, dict) else None
+    if (
+        not isinstance(source, str)
+        or not (base is None or isinstance(base, str))
+        or not (
+            digests is None
+            or (isinstance(digests, list) and all(isinstance(d, str) for d in digests))
+        )
     ):
         raise DataError(
-            f"{record}: expected a training record with 'pairs' (a string) and "
+            f"{record}: expected a training record with 'pairs' and 'base' (strings) and "
             "'query_digests' (a list of strings)"
         )
-    return TrainedOn(record, source, None if digests is None else frozenset(digests))
+    tuned_from = None if base is None else _trained_on(base, (*below, record.resolve()))
+    kept = None if digests is None else frozenset(digests)
+    return TrainedOn(record, source, kept, tuned_from)
 
 
 def mine_negatives(
@@ -342,12 +440,36 @@ def _load(family: Family, base: str, max_length: int) -> Any:
     if family == "bi-encoder":
         from sentence_transformers import SentenceTransformer
 
-        model = SentenceTransformer(resolve_model(base), device="cpu")
+        model: Any = SentenceTransformer(resolve_model(base), device="cpu")
         model.max_seq_length = max_length
-        return model
-    from sentence_transformers import CrossEncoder
+    else:
+        from sentence_transformers import CrossEncoder
 
-    return CrossEncoder(resolve_model(base), num_labels=1, max_length=max_length, device="cpu")
+        model = CrossEncoder(resolve_model(base), num_labels=1, max_length=max_length, device="cpu")
+    if MEMORY_SAVING:
+        model.activation_checkpointing_enable()
+    return model
+
+
+@contextmanager
+def _mapped_allocations() -> Iterator[None]:
+    """Allocations above ``_MMAP_THRESHOLD`` mapped on their own for the block, and returned to
+    the system when freed. glibc otherwise raises its threshold to the largest block freed (up to
+    ``_GLIBC_MMAP_CEILING``) and keeps activations below it on its heaps, where the passes of a
+    step fragment them: the resident peak of a training step about doubles. Afterwards the
+    threshold is glibc's ceiling, where a process that has freed large blocks has it. A no-op
+    where the C library is not glibc."""
+    libc = ctypes.CDLL(None) if platform.libc_ver()[0] == "glibc" else None
+    mallopt = getattr(libc, "mallopt", None)
+    if mallopt is None:
+        yield
+        return
+    m_mmap_threshold = -3  # malloc.h
+    mallopt(m_mmap_threshold, _MMAP_THRESHOLD)
+    try:
+        yield
+    finally:
+        mallopt(m_mmap_threshold, _GLIBC_MMAP_CEILING)
 
 
 def _features(model: Any, texts: Sequence[Any]) -> dict[str, Any]:
@@ -372,26 +494,103 @@ class _Row:
         return list(zip(self.negatives, self.margins, strict=True))
 
 
-def _step_loss(family: Family, loss: str, model: Any, objective: Any, rows: list[_Row]) -> Any:
-    """The loss of one batch of rows."""
+def _width(loss: str, rows: Sequence[_Row]) -> int:
+    """The hard negatives per row a batch of ``rows`` trains on (those all its rows have)."""
+    return 1 if loss == "triplet" else min(len(r.negatives) for r in rows)
+
+
+def _step(
+    family: Family,
+    loss: str,
+    model: Any,
+    objective: Any,
+    rows: list[_Row],
+    pairs_per_pass: int | None,
+) -> float:
+    """Back-propagate the loss of one batch of rows; returns it. A cross-encoder scores the
+    batch in parts of whole rows, at most ``pairs_per_pass`` pairs each (one row when a row has
+    more; the whole batch at once when None): each row's loss depends on its own pairs only,
+    so the parts' gradients, each weighted by its share of the rows, add up to the batch's."""
     import torch
 
-    width = 1 if loss == "triplet" else min(len(r.negatives) for r in rows)
+    width = _width(loss, rows)
     if family == "bi-encoder":
         columns = [[r.query for r in rows], [r.positive for r in rows]]
         columns += [[r.negatives[j] for r in rows] for j in range(width)]
         features = [_features(model, column) for column in columns]
         if loss == "margin_mse":
             labels = torch.tensor([r.margins[:width] for r in rows], dtype=torch.float32)
-            return objective(features, labels)
-        return objective(features, torch.zeros(len(rows)))
-    pairs = [(r.query, text) for r in rows for text in [r.positive, *r.negatives[:width]]]
-    scores = model(_features(model, pairs))["scores"].view(-1, width + 1)
+        else:
+            labels = torch.zeros(len(rows))
+        value = objective(features, labels)
+        value.backward()
+        return float(value.detach())
+    per_part = len(rows) if pairs_per_pass is None else max(1, pairs_per_pass // (width + 1))
+    total = 0.0
+    for start in range(0, len(rows), per_part):
+        part = rows[start : start + per_part]
+        pairs = [(r.query, text) for r in part for text in [r.positive, *r.negatives[:width]]]
+        scores = model(_features(model, pairs))["scores"].view(-1, width + 1)
+        if loss == "listwise":
+            target = torch.zeros(len(part), dtype=torch.long)
+            value = torch.nn.functional.cross_entropy(scores, target)
+        else:
+            labels = torch.zeros_like(scores)
+            labels[:, 0] = 1.0
+            value = torch.nn.functional.binary_cross_entropy_with_logits(scores, labels)
+        value = value * (len(part) / len(rows))
+        value.backward()
+        total += float(value.detach())
+    return total
+
+
+def _chance(loss: str, objective: Any, rows: Sequence[_Row]) -> float:
+    """The loss, on a batch of ``rows``, of a model that knows nothing (``_CHANCE`` says how)."""
+    width = _width(loss, rows)
+    if loss == "mnrl":
+        return math.log(len(rows) * (1 + width))
     if loss == "listwise":
-        return torch.nn.functional.cross_entropy(scores, torch.zeros(len(rows), dtype=torch.long))
-    labels = torch.zeros_like(scores)
-    labels[:, 0] = 1.0
-    return torch.nn.functional.binary_cross_entropy_with_logits(scores, labels)
+        return math.log(1 + width)
+    if loss == "bce":
+        share = 1 / (1 + width)
+        return -(share * math.log(share) + (1 - share) * math.log(1 - share))
+    if loss == "margin_mse":
+        return float(np.mean([m * m for r in rows for m in r.margins[:width]]))
+    return float(objective.triplet_margin)
+
+
+_CHANCE = {
+    "mnrl": "ln of the passages of its batch a query is ranked among",
+    "listwise": "ln of a query's positive and hard negatives",
+    "bce": "the entropy of one positive among a query's pairs",
+    "margin_mse": "no margin: the mean squared teacher margin",
+    "triplet": "equal distances: the triplet margin",
+}
+
+
+def _verdict(
+    family: Family,
+    loss: str,
+    source: str,
+    losses: Sequence[float],
+    chance: Sequence[float],
+) -> tuple[float, float, str | None]:
+    """The final loss (the mean of the last ``FINAL_STEPS`` steps'), a random guess's over the
+    same steps, and why the model is not trained when the first is within ``CHANCE_MARGIN`` of
+    the second (None when it learnt)."""
+    last = min(FINAL_STEPS, len(losses))
+    final = float(np.mean(losses[-last:]))
+    guess = float(np.mean(chance[-last:]))
+    if final < (1 - CHANCE_MARGIN) * guess:
+        return final, guess, None
+    return (
+        final,
+        guess,
+        f"finetune: the {family} trained on {source} is not trained: its {loss} loss over its "
+        f"last {last} steps, {final:.3f}, stays within {CHANCE_MARGIN:.0%} of a random guess's, "
+        f"{guess:.3f} ({_CHANCE[loss]}); change its finetune settings (learning_rate, epochs, "
+        "pairs)",
+    )
 
 
 def teacher_margins(
@@ -560,7 +759,13 @@ def train(
         optimizer, lambda s: min((s + 1) / warm, max(0.0, (total - s) / (total - warm + 1)))
     )
     run = _resume(work, model, optimizer, scheduler)
-    _fit(family, loss, model, objective, optimizer, scheduler, steps, rows, run, work, config)
+    with _mapped_allocations() if MEMORY_SAVING else nullcontext():
+        _fit(family, loss, model, objective, optimizer, scheduler, steps, rows, run, work, config)
+    assert run.losses is not None
+    chance = [_chance(loss, objective, [rows[i] for i in step]) for step in steps]
+    final, guess, not_trained = _verdict(family, loss, pairs.source, run.losses, chance)
+    if not_trained:
+        log.warning("%s", not_trained)
     out = work / "model"
     shutil.rmtree(out, ignore_errors=True)
     model.save(str(out))
@@ -575,6 +780,9 @@ def train(
         "loss": loss,
         "steps": len(steps),
         "losses": run.losses,
+        "final_loss": final,
+        "chance_loss": guess,
+        "not_trained": not_trained,
         "seconds": run.seconds,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
     }
@@ -617,6 +825,7 @@ def _fit(
     import torch
 
     assert run.losses is not None
+    per_pass = config.batch_size if MEMORY_SAVING else None
     model.train()
     saved = time.perf_counter()
     what = f"training {family} ({loss})"
@@ -624,13 +833,13 @@ def _fit(
         while run.step < len(steps):
             started = time.perf_counter()
             torch.manual_seed(config.seed * 1_000_003 + run.step)  # dropout, as if never stopped
-            value = _step_loss(family, loss, model, objective, [rows[i] for i in steps[run.step]])
-            value.backward()
+            batch = [rows[i] for i in steps[run.step]]
+            value = _step(family, loss, model, objective, batch, per_pass)
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad()
-            run.losses.append(float(value.detach()))
+            run.losses.append(value)
             run.step += 1
             run.seconds += time.perf_counter() - started
             advance(1, f"loss {run.losses[-1]:.4f}")

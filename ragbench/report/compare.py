@@ -75,8 +75,9 @@ def compare_runs(
         warnings.append(f"runs measured {family} at different cutoffs ({listed})")
     frames = []
     for run, manifest in manifests.items():
-        trials = RunStore(run).trials()
-        missing = lost(manifest, trials) if "status" in trials.columns else None
+        store = RunStore(run)
+        trials = store.trials()
+        missing = lost(manifest, trials, store.running()) if "status" in trials.columns else None
         if missing is not None:
             warnings.append(f"{run} is incomplete: {missing}")
         if metric not in trials.columns:

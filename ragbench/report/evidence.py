@@ -7,7 +7,11 @@ recommendation and the terminal's answer show:
 
 * an incomplete run: trials the manifest plans (``planned``; TPE runs ``search.n``) that never
   ran — the manifest has no ``finished`` time until the sweep ends — or that failed. The pick
-  and the confidence in it are then among the finished trials only, and say so.
+  and the confidence in it are then among the finished trials only, and say so; a run still
+  running (its run directory held) is said to be, and one that stopped is said to resume.
+* queries the run did not score: judged queries it left out (``queries.left_out`` of the
+  manifest: every document they judge relevant is absent from the corpus, or they lack the
+  span evidence the evaluation needs), and a run of the first ``--limit-queries`` of them.
 * queries that cannot separate the trials, on the primary metric: no query's value differs
   between any two trials, or — a ranking metric at the document level — a ranking that ignores
   the query scores as much as any ranking can on these labels (for each query, the documents
@@ -88,12 +92,12 @@ class Evidence:
 def assess(report: Report) -> Evidence:
     """The evidence of ``report``'s run, checked (see the module docstring)."""
     manifest = report.manifest
-    planned, finished, failed = counted(manifest, report.store.trials())
+    planned, finished, failed = counted(manifest, report.run_trials)
     inseparable = {m: why for m in report.metrics if (why := _inseparable(report, m))}
     caveats = _separation(report, inseparable) + _incomplete(report, planned, finished, failed)
     if not any(c.withholds for c in caveats):
         caveats += _small_corpus(report)
-    caveats += _recorded(manifest)
+    caveats += _unscored(manifest) + _recorded(manifest)
     return Evidence(planned, finished, failed, tuple(caveats), inseparable)
 
 
@@ -112,15 +116,18 @@ def counted(manifest: Mapping[str, Any], trials: pd.DataFrame) -> tuple[int, int
     return max(planned, len(trials)), finished, len(trials) - finished
 
 
-def lost(manifest: Mapping[str, Any], trials: pd.DataFrame) -> str | None:
+def lost(manifest: Mapping[str, Any], trials: pd.DataFrame, running: bool = False) -> str | None:
     """``1 of 6 planned trials finished; the other 5 never ran (...)``: the trials of a run
-    that never ran or failed, or None when every planned trial finished."""
+    that never ran or failed — a run still ``running`` has not run them yet —, or None when
+    every planned trial finished."""
     planned, finished, failed = counted(manifest, trials)
     never = planned - finished - failed
     if never <= 0 and not failed:
         return None
     said = [f"{failed} failed (see Failed trials)"] if failed else []
-    if never > 0:
+    if never > 0 and running:
+        said.append(f"{never} have not run yet ({_RUNNING})")
+    elif never > 0:
         stopped = "finished" not in manifest
         resume = " (the run stopped before them: `ragbench run --resume` continues it)"
         said.append(f"{never} never ran" + (resume if stopped else ""))
@@ -129,22 +136,29 @@ def lost(manifest: Mapping[str, Any], trials: pd.DataFrame) -> str | None:
 
 
 def _incomplete(report: Report, planned: int, finished: int, failed: int) -> list[Caveat]:
-    """Trials that never ran or failed, and a selection the run stopped before."""
-    text = lost(report.manifest, report.store.trials())
+    """Trials that never ran (or have not yet) or failed, and a selection the run stopped
+    before (or has not reached yet)."""
+    running = report.running
+    text = lost(report.manifest, report.run_trials, running)
     if text is not None:
         title = "Incomplete run" if planned > finished + failed else "Failed trials"
+        title = "Run still running" if running else title
         return [Caveat(title, f"{text}: the pick is among the finished ones only.")]
     evaluation = report.manifest.get("config", {}).get("evaluation", {})
     selects = evaluation.get("report_on") is not None or evaluation.get("folds") is not None
     if "finished" not in report.manifest and selects and report.store.selection() is None:
+        when = f"({_RUNNING})" if running else "(`ragbench run --resume` completes it)"
         return [
             Caveat(
-                "Incomplete run",
-                "the run stopped before its honest selection: the pick is scored on the "
-                "queries it was selected on only (`ragbench run --resume` completes it).",
+                "Run still running" if running else "Incomplete run",
+                "the run has not made its honest selection: the pick is scored on the "
+                f"queries it was selected on only {when}.",
             )
         ]
     return []
+
+
+_RUNNING = "the run is still running: report on it again once it has finished"
 
 
 def _separation(report: Report, inseparable: Mapping[str, str]) -> list[Caveat]:
@@ -313,6 +327,45 @@ def _small_corpus(report: Report) -> list[Caveat]:
             "their order; a pick made here may not hold on a larger corpus.",
         )
     ]
+
+
+_LEFT_OUT = {
+    "missing_documents": "judge only documents the corpus does not hold: no ranking can find "
+    "them, so they would score nothing in every trial and pull every mean down",
+    "no_spans": "have no span evidence, which the evaluation's level or metrics need",
+}
+
+
+def _unscored(manifest: Mapping[str, Any]) -> list[Caveat]:
+    """Judged queries the run left out, and a run of the first ``--limit-queries`` of
+    them."""
+    queries = manifest.get("queries", {})
+    count, of = int(queries.get("count", 0)), queries.get("of")
+    judged = (of if isinstance(of, int) else count) + sum(
+        queries.get("left_out", {}).get(why, 0) for why in _LEFT_OUT
+    )
+    caveats = []
+    for why, text in _LEFT_OUT.items():
+        left = queries.get("left_out", {}).get(why, 0)
+        if left:
+            caveats.append(
+                Caveat(
+                    "Queries left out",
+                    f"{left:,} of the {judged:,} judged queries {text}; they are left out, and "
+                    "the scores are over the others.",
+                )
+            )
+    limit = queries.get("limit")
+    if isinstance(limit, int) and (count < of if isinstance(of, int) else count >= limit):
+        among = f"of the {of:,} queries " if isinstance(of, int) else "queries "
+        caveats.append(
+            Caveat(
+                "Limited queries",
+                f"the run scored the first {count:,} {among}it could evaluate "
+                f"(`--limit-queries {limit}`): the pick holds for those {count:,} only.",
+            )
+        )
+    return caveats
 
 
 def _recorded(manifest: Mapping[str, Any]) -> list[Caveat]:

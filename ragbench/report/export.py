@@ -28,13 +28,12 @@ from typing import Any
 
 import pandas as pd
 
-from ragbench.data import load_dataset
 from ragbench.data.labeled import LabeledSet
 from ragbench.errors import DataError
-from ragbench.experiment.runner import find_trial
 from ragbench.experiment.store import RunStore, write_failure
 from ragbench.index.cache import StageCache
-from ragbench.owned import writable_file
+from ragbench.owned import stream, writable_file
+from ragbench.report.pick import chosen_trial
 from ragbench.retrieve.execution import Execution
 from ragbench.retrieve.graph import Env, compile_plan
 from ragbench.types import Chunk
@@ -50,21 +49,6 @@ class Exported:
     trial_id: str
     label: str
     rows: int
-
-
-def _dataset(store: RunStore, manifest: dict[str, Any]) -> LabeledSet:
-    """The run's labeled set, as it was when the run scored it."""
-    dataset = manifest["dataset"]
-    fmt = manifest["config"]["dataset"].get("format")
-    labeled = load_dataset(
-        dataset["path"], format=fmt, split=dataset["split"], queries=dataset.get("queries")
-    )
-    if labeled.fingerprint != manifest["dataset_fingerprint"]:
-        raise DataError(
-            f"{store.manifest_path}: the dataset at {dataset['path']} changed since the run "
-            "(its fingerprint differs); run the sweep again to export it"
-        )
-    return labeled
 
 
 def _contexts(
@@ -94,15 +78,18 @@ def _references(
 def export_ragas(
     run_dir: Path | str, trial: str = "best", out: Path | str | None = None
 ) -> Exported:
-    """Write trial ``trial`` (an id, or ``best`` on the run's first metric) of ``run_dir`` as a
-    ragas ``EvaluationDataset`` JSONL file (default ``<run>/ragas/<trial id>.jsonl``); see the
-    module docstring for the fields. ``DataError`` naming the file when the run directory
-    lacks what it needs or the dataset changed since the run."""
-    target = writable_file(out, "--out") if out is not None else None
+    """Write trial ``trial`` (an id, or ``best``: the one the run's report recommends,
+    ``report.pick``) of ``run_dir`` as a ragas ``EvaluationDataset`` JSONL file (default
+    ``<run>/ragas/<trial id>.jsonl``; ``out`` is a new file, a stream such as
+    ``/dev/stdout``, or that default: ``owned.writable_file``); see the module docstring for
+    the fields. ``DataError`` naming the file when the run directory lacks what it needs or
+    the dataset changed since the run (``RunStore.dataset``)."""
     store = RunStore(run_dir)
     manifest = store.manifest()
-    chosen = find_trial(store, trial)
-    labeled = _dataset(store, manifest)
+    chosen = chosen_trial(store, trial)
+    own = store.path / "ragas" / f"{chosen.id}.jsonl"
+    path = own if out is None else writable_file(out, "--out", own)
+    labeled = store.dataset()
     cache = StageCache(Path(manifest["cache_root"]))
     plan = compile_plan(chosen.configs, 1, {"corpus": labeled.corpus_fingerprint})
     env = Env(corpus=labeled.documents, embeddings=cache.embeddings)
@@ -137,10 +124,10 @@ def export_ragas(
         if reference is not None:
             row["reference"] = reference
         rows.append(json.dumps(row) + "\n")
-    path = target or store.path / "ragas" / f"{chosen.id}.jsonl"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(rows), encoding="utf-8")
+        with path.open("a" if stream(path) else "w", encoding="utf-8") as written:
+            written.write("".join(rows))
     except OSError as exc:
         raise write_failure(path.parent, f"writing {path.name}", exc) from None
     return Exported(path, chosen.id, chosen.label, len(rows))

@@ -13,7 +13,7 @@ import pandas as pd
 import yaml
 
 from ragbench.evaluate.metrics import higher_is_better
-from ragbench.report.markdown import caveat_lines, summary_lines, trials_text
+from ragbench.report.markdown import caveat_lines, documents_text, summary_lines, trials_text
 from ragbench.report.tables import short_labels
 
 if TYPE_CHECKING:
@@ -347,7 +347,7 @@ def render_html(report: Report, images: dict[str, bytes]) -> str:
     config = yaml.safe_dump(manifest["config"], sort_keys=False)
     meta = (
         f"Dataset <b>{_e(dataset['name'])}</b> ({_e(dataset['split'])}, "
-        f"{dataset['documents']} documents), {manifest['queries']['count']} queries, "
+        f"{_e(documents_text(report))}), {manifest['queries']['count']} queries, "
         f"{_e(trials_text(report))}, level {_e(manifest['evaluation']['level'])}. "
         f"Fingerprint <code>{_e(manifest['dataset_fingerprint'][:16])}</code>."
     )

@@ -25,14 +25,13 @@ dozen queries (``benchmarks/bench_judged.py`` measures how wide).
 from __future__ import annotations
 
 import os
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from ragbench.errors import ConfigError, DataError
+from ragbench.errors import ConfigError, DataError, command_line
 from ragbench.experiment.config import load_config
 from ragbench.experiment.runner import run as run_sweep
 from ragbench.report.agreement import Agreement, agreement, agreement_config
@@ -216,14 +215,14 @@ class JudgingSession:
             )
         if self._next >= len(self.order) and self.judged < self.n:
             lines.append("the sample ran out: no other query of the runs is left to judge")
-        labels = shlex.quote(str(self.labels))
-        runs = " ".join(f"--run {shlex.quote(str(run.store.path))}" for run in self.judge.runs)
+        split = f"dataset.split={JUDGED_SPLIT}"
+        evaluate = command_line("ragbench run", "CONFIG", dataset=self.labels, set=split)
+        runs = [run.store.path for run in self.judge.runs]
+        agree = command_line("ragbench datasets judge", self.labels, run=runs, agreement=True)
         lines.append(
             f"{self.judge.file.path}: {_queries(len(self.written))} written to split "
-            f"{JUDGED_SPLIT!r} in this session. Evaluate them over the same corpus: ragbench "
-            f"run CONFIG --dataset {labels} --set dataset.split={JUDGED_SPLIT}; or see "
-            f"how far the generated labels agree: ragbench datasets judge {labels} {runs} "
-            "--agreement"
+            f"{JUDGED_SPLIT!r} in this session. Evaluate them over the same corpus: "
+            f"{evaluate}; or see how far the generated labels agree: {agree}"
         )
         return "\n".join(lines) + "\n"
 

@@ -23,9 +23,11 @@ __all__ = [
     "answer_lines",
     "caveat_lines",
     "confidence_line",
+    "documents_text",
     "labels_line",
     "recommendation_line",
     "render_markdown",
+    "sample_line",
     "summary_lines",
     "trials_text",
 ]
@@ -81,6 +83,7 @@ def _answer(report: Report) -> list[str]:
         confidence_line(report),
         *caveat_lines(report),
         *labels_line(report),
+        *sample_line(report),
     ]
 
 
@@ -192,6 +195,32 @@ def labels_line(report: Report) -> list[str]:
     ]
 
 
+def documents_text(report: Report) -> str:
+    """``5183 documents``, or ``a sample of 2,000 of 104,512 documents (seed 0)``."""
+    sample = report.sample
+    if sample is None:
+        return f"{report.manifest['dataset']['documents']} documents"
+    return f"a sample of {sample.text()}"
+
+
+def sample_line(report: Report) -> list[str]:
+    """A line saying the sweep ran on a sample of the documents, when it did, and what the
+    deploy command indexes."""
+    sample = report.sample
+    if sample is None:
+        return []
+    deployed = (
+        "the deploy command indexes every document"
+        if report.deploys_whole
+        else f"the deploy command indexes these {sample.documents:,} documents only"
+    )
+    return [
+        f"- **Sample**: the sweep ran on {md_text(sample.text())}, drawn to keep the corpus' "
+        "mix of folders, file types and sizes; the pick holds as far as the sample ranks "
+        f"trials like the whole corpus, and {deployed}."
+    ]
+
+
 def _redundant(report: Report) -> list[str]:
     """Trials that cannot rank differently from another trial of the sweep, and why."""
     found = report.redundant
@@ -275,7 +304,7 @@ def render_markdown(report: Report, images: list[str]) -> str:
         f"# {md_text(manifest['config']['name'])}",
         "",
         f"Dataset {md_code(dataset['name'])} ({md_text(dataset['split'])}, "
-        f"{dataset['documents']} documents), {manifest['queries']['count']} queries, "
+        f"{md_text(documents_text(report))}), {manifest['queries']['count']} queries, "
         f"{trials_text(report)}, fingerprint {md_code(manifest['dataset_fingerprint'][:16])}, "
         f"level {md_text(manifest['evaluation']['level'])}.",
         "",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import html
 import json
 import logging
-import shlex
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -26,7 +26,8 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from ragbench.errors import ConfigError, DataError
+from ragbench.data.sample import Sampled
+from ragbench.errors import ConfigError, DataError, command_line
 from ragbench.evaluate.metrics import (
     best_first,
     best_index,
@@ -227,8 +228,19 @@ class Report:
         return [m for m in dict.fromkeys([self.metric, *listed]) if m in listed]
 
     @cached_property
+    def run_trials(self) -> pd.DataFrame:
+        """Every trial of ``trials.parquet``, finished or failed, read once: the report is of
+        one version of it, even of a run that is still writing it."""
+        return self.store.trials()
+
+    @cached_property
+    def running(self) -> bool:
+        """Whether the run is still running (another process holds its run directory)."""
+        return self.store.running()
+
+    @cached_property
     def _finished(self) -> pd.DataFrame:
-        trials = self.store.trials()
+        trials = self.run_trials
         return trials[trials["status"] == "ok"].reset_index(drop=True)
 
     @cached_property
@@ -236,8 +248,9 @@ class Report:
         """The per-query values the report compares: those of finished trials, without the
         queries where some trial has no value of the metric (NaN: an answer metric on a query
         without a reference answer, a judge reply ragas could not parse)."""
+        finished = self._finished["trial_id"]  # read before the values: a run writes them first
         values = self.store.per_query()
-        values = values[values["trial_id"].isin(self._finished["trial_id"])]
+        values = values[values["trial_id"].isin(finished)]
         missing = values.loc[values["value"].isna(), ["metric", "query_id"]].drop_duplicates()
         pairs = pd.MultiIndex.from_frame(values[["metric", "query_id"]])
         return values[~pairs.isin(pd.MultiIndex.from_frame(missing))].reset_index(drop=True)
@@ -262,7 +275,7 @@ class Report:
     @cached_property
     def failed(self) -> pd.DataFrame:
         """Trials that failed, with their errors."""
-        trials = self.store.trials()
+        trials = self.run_trials
         return trials[trials["status"] != "ok"][["trial_id", "label", "error"]]
 
     @cached_property
@@ -341,10 +354,37 @@ class Report:
 
     def deploy_command(self, collection: str = "default") -> str:
         """The command that builds a searchable collection of the recommended trial, each word
-        quoted for a POSIX shell, so that it runs as pasted whatever the paths and names."""
+        quoted for a POSIX shell (``command_line``: ``--flag=value``, so a value that starts with
+        ``-`` is no option), so that it runs as pasted whatever the paths and names. A
+        sweep on a sample of a folder's documents (generated labels) deploys the whole folder:
+        the command indexes it (``--source``, with the globs that selected its files) after the
+        run's documents, which are skipped as unchanged."""
         pick = self.recommendation().best
-        words = ["--from-run", str(self.run_dir), "--trial", pick, "--collection", collection]
-        return shlex.join(["ragbench", "ingest", *words])
+        words: dict[str, object] = {
+            "from_run": self.run_dir,
+            "trial": pick,
+            "collection": collection,
+        }
+        sample = self.sample
+        if sample is not None and sample.source is not None:
+            words.update(source=sample.source, include=[*sample.include], exclude=[*sample.exclude])
+        return command_line("ragbench ingest", **words)
+
+    @cached_property
+    def sample(self) -> Sampled | None:
+        """The sample of the corpus the sweep ran on (the manifest's ``dataset.sample``), or
+        None when it ran on every document."""
+        found = self.manifest["dataset"].get("sample")
+        return Sampled.from_dict(found) if found is not None else None
+
+    @property
+    def deploys_whole(self) -> bool:
+        """Whether the deploy command indexes every document of a sampled corpus: a labeled
+        set's documents are indexed whole from the run (only its sweep was sampled), a
+        folder's from the folder (``--source``)."""
+        sample = self.sample
+        sampled_set = self.manifest["config"]["dataset"].get("sample") is not None
+        return sample is None or sampled_set or sample.source is not None
 
     @cached_property
     def confidence(self) -> PickConfidence:
@@ -641,12 +681,15 @@ class Report:
         self, formats: Sequence[str] = ("html", "md"), out: Path | str | None = None
     ) -> dict[str, Path]:
         """Write ``report.html`` / ``report.md`` (+ ``plots/*.png``) / ``report.tex`` into the
-        run directory (or ``out``: a new or empty folder, or one a report was written to);
-        returns the paths written by format."""
+        run directory (or ``out``: a new or empty folder, or one ragbench made for reports;
+        ``out`` naming the run directory itself is the run directory); returns the paths
+        written by format."""
         from ragbench.report.html import render_html
         from ragbench.report.markdown import render_markdown
 
-        folder = self.run_dir if out is None else claim(out, "--out", "report")
+        folder = self.run_dir
+        if out is not None and os.path.realpath(out) != os.path.realpath(self.run_dir):
+            folder = claim(out, "--out", "report")
         images = figure_images(self.plots(), run_cache(self.manifest.get("cache_root")))
         written: dict[str, Path] = {}
         if "md" in formats:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -69,12 +69,12 @@ class ChunkSet:
         return ChunkTable.from_chunks(self.chunks)
 
     @cached_property
-    def texts(self) -> dict[str, str]:
+    def texts(self) -> Mapping[str, str]:
         """Chunk id → text."""
         return {c.id: c.text for c in self.chunks}
 
     @cached_property
-    def by_id(self) -> dict[str, Chunk]:
+    def by_id(self) -> Mapping[str, Chunk]:
         """Chunk id → chunk."""
         return {c.id: c for c in self.chunks}
 
@@ -87,6 +87,18 @@ class ChunkSet:
     def metadata(self) -> list[Mapping[str, Any]]:
         """Chunk metadata, in order."""
         return [c.metadata for c in self.chunks]
+
+    def extended(self, batch: ChunkSet, number: int) -> ChunkSet:
+        """This set with the chunks of ``batch`` (batch ``number`` of an ingest) after its own."""
+        return ChunkSet([*self.chunks, *batch.chunks])
+
+    def removing(self, doc_ids: Collection[str]) -> tuple[ChunkSet, list[str]]:
+        """This set without the chunks of ``doc_ids``, and their ids (in order)."""
+        gone = set(doc_ids)
+        removed = [c.id for c in self.chunks if c.doc_id in gone]
+        if not removed:
+            return self, removed
+        return ChunkSet([c for c in self.chunks if c.doc_id not in gone]), removed
 
 
 @dataclass

@@ -178,7 +178,8 @@ class Env:
 
     def tuned(self, config: ComponentConfig, model: TunedModel | None = None) -> ComponentConfig:
         """``config`` as it runs: a fine-tuned component with its trained ``model`` (a stage's
-        value, remembered for the env's later calls that have none at hand), any other as is."""
+        value, remembered for the env's later calls that have none at hand; ``FinetuneError``
+        when training left it at chance), any other as is."""
         if not isinstance(config, Tunable) or config.finetune is None:
             return config
         if model is not None:
@@ -189,7 +190,7 @@ class Env:
                 f"{config.label()}: its fine-tuned model is not trained in this run (a plan "
                 "trains it in its fine-tuning stage, before anything runs the model)"
             )
-        return config.tuned(found.path)
+        return config.tuned(found.usable())
 
     def llm(self, config: LLMOptions, where: str) -> LLMClient:
         """The client of ``config``, one per env, its calls cached in the env's LLM cache

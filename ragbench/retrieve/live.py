@@ -42,10 +42,14 @@ def live_stages(plan: Plan) -> list[Stage]:
 @dataclass
 class Extended:
     """What ``LiveExecution.extend`` added: per document, the ids of its chunks in each chunk
-    set (by stage); and the documents it left out, with why."""
+    set (by stage); the documents it left out, with why; the batch's values of the stages the
+    indexes were extended from (``batch``: its chunk sets, document vectors, ...), which a
+    collection keeps to rebuild its indexes after a crash; and the chunk ids it removed."""
 
     chunks: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     errors: list[tuple[str, str]] = field(default_factory=list)
+    batch: dict[str, Any] = field(default_factory=dict)
+    removed: dict[str, list[str]] = field(default_factory=dict)
 
 
 class LiveExecution(Execution):
@@ -69,6 +73,25 @@ class LiveExecution(Execution):
         if name == "corpus" and self._documents is not None:
             return list(self._documents.values())
         return super().__getitem__(name)
+
+    def chunked(self, docs: Sequence[Document]) -> dict[str, ChunkSet]:
+        """What each chunk set's stage makes of ``docs``, recording nothing (to embed their
+        chunks elsewhere first)."""
+        stages = [s for s in self.plan.index_stages() if s.update == "append"]
+        return {s.name: s.compute(self.env, list(docs)) for s in stages}
+
+    def batch_value(self, name: str, batch: Mapping[str, Any]) -> Any:
+        """The value of the batch stage ``name`` computed again from a batch's other values
+        (its chunk sets), as ``extend`` computed it."""
+        stage = self.plan.stages[name]
+        inputs = [batch[i] if i in batch else self[i] for i in stage.inputs]
+        return self._step(stage, stage.compute, self.env, *inputs)
+
+    def keep(self, values: Mapping[str, Any]) -> None:
+        """Hold ``values`` for the stages that hold none yet (a run's trained models)."""
+        for name, value in values.items():
+            if self._values.get(name) is None:
+                self._values[name] = value
 
     def documents(self) -> list[Document] | None:
         """The corpus so far when a derived stage reads it (a collection saves it), else None."""
@@ -100,8 +123,11 @@ class LiveExecution(Execution):
                     found.setdefault(chunk.doc_id, {}).setdefault(stage.name, []).append(chunk.id)
         return found
 
-    def extend(self, docs: Sequence[Document], replacing: Collection[str] = ()) -> Extended:
-        """Add ``docs`` to the live values, each stage by its ``update`` step.
+    def extend(
+        self, docs: Sequence[Document], replacing: Collection[str] = (), number: int = 0
+    ) -> Extended:
+        """Add ``docs`` to the live values, each stage by its ``update`` step (as batch
+        ``number`` of an ingest: a stored chunk set records it).
 
         A document that fails to chunk is left out; when a batch step fails (embedding) none
         is added and nothing changes. The documents of ``replacing`` lose their old chunks,
@@ -121,12 +147,28 @@ class LiveExecution(Execution):
             done.chunks.clear()
             return done
         added = {doc.id: doc for doc in docs if doc.id in done.chunks}
-        self.delete([doc_id for doc_id in added if doc_id in replacing])
+        done.removed = self.delete([doc_id for doc_id in added if doc_id in replacing])
         if self._documents is not None:
             self._documents.update(added)
         for stage in stages:
-            self._grow(stage, batch)
+            self._grow(stage, batch, number)
+        done.batch = batch
         return done
+
+    def replay(self, batch: Mapping[str, Any], removed: Mapping[str, list[str]]) -> None:
+        """Bring the indexes up to date with a batch an ingest committed after they were
+        saved: its ``removed`` chunk ids (by chunk set) deleted from them, then the batch's
+        values (its chunk sets and document vectors, as ``Extended.batch`` held them) added.
+        The chunk sets themselves, kept in a store, have them already."""
+        for stage in self.plan.index_stages():
+            if stage.update != "extend" or not all(i in batch for i in stage.inputs):
+                continue
+            live = self._values.get(stage.name)
+            gone = sorted({c for i in stage.inputs for c in removed.get(i, ())})
+            if gone and live is not None:
+                live.delete(gone)
+            if all(len(batch[i]) for i in stage.inputs if isinstance(batch[i], ChunkSet)):
+                self._grow(stage, batch, 0)
 
     def delete(self, doc_ids: Collection[str]) -> dict[str, list[str]]:
         """Remove the documents ``doc_ids`` from the live values — their chunks from each chunk
@@ -139,9 +181,8 @@ class LiveExecution(Execution):
         kept: dict[str, ChunkSet] = {}
         for stage in self.plan.index_stages():
             live = self._values.get(stage.name)
-            if stage.update == "append" and live is not None:
-                removed[stage.name] = [c.id for c in live.chunks if c.doc_id in gone]
-                kept[stage.name] = ChunkSet([c for c in live.chunks if c.doc_id not in gone])
+            if stage.update == "append" and live is not None and gone:
+                kept[stage.name], removed[stage.name] = live.removing(gone)
         if not any(removed.values()):
             return removed
         for stage in self.plan.index_stages():
@@ -204,12 +245,14 @@ class LiveExecution(Execution):
                 describe(span, stage, value, 0)
         return value
 
-    def _grow(self, stage: Stage, batch: Mapping[str, Any]) -> None:
-        """Bring the live value of ``stage`` up to date with the new documents' ``batch``."""
+    def _grow(self, stage: Stage, batch: Mapping[str, Any], number: int) -> None:
+        """Bring the live value of ``stage`` up to date with the new documents' ``batch``
+        (batch ``number`` of an ingest)."""
         live = self._values.get(stage.name)
         if stage.update == "append":
-            before = live.chunks if live is not None else []
-            self._values[stage.name] = ChunkSet([*before, *batch[stage.name].chunks])
+            self._values[stage.name] = (
+                batch[stage.name] if live is None else live.extended(batch[stage.name], number)
+            )
         elif stage.update == "extend":
             inputs = [batch[i] for i in stage.inputs]
             if live is None or stage.extend is None:  # the first documents: built

@@ -275,10 +275,11 @@ class CrossEncoderConfig(Tunable, RerankerConfig):
         return list(g.model(self))
 
     def reranker(self, env: Env, chunks: ChunkSet, *resources: Any) -> Reranker:
-        """The cross-encoder of the trained model when fine-tuned, else of ``model``."""
+        """The cross-encoder of the trained model when fine-tuned (``FinetuneError`` when
+        training left it at chance), else of ``model``."""
         if not resources:
             return super().reranker(env, chunks)
-        reranker: Reranker = env.component("reranker", self.tuned(resources[0].path))
+        reranker: Reranker = env.component("reranker", self.tuned(resources[0].usable()))
         return reranker
 
 

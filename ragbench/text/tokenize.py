@@ -27,6 +27,7 @@ from ragbench.errors import ConfigError
 from ragbench.models import DEFAULT_MODEL, model_problem, resolve_model
 from ragbench.protocols import TokenCounter
 from ragbench.registry import ConfigModel
+from ragbench.text.patterns import safe_pattern
 
 __all__ = [
     "ENGLISH_STOPWORDS",
@@ -65,10 +66,7 @@ class TokenizerConfig(ConfigModel):
     @field_validator("pattern")
     @classmethod
     def _valid_regex(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"not a valid regular expression: {exc}") from None
+        safe_pattern(value)
         return value
 
     @field_validator("stemmer")

@@ -7,18 +7,21 @@ redirects followed; a missing one allows everything, a 401/403 forbids the whole
 5xx stops the fetch, as crawlers do), and every redirect of the page is checked the same way.
 A body is read in pieces and the request stops as soon as it passes ``max_bytes``, whatever
 ``Content-Length`` claims. Every failure is a one-line ``DataError`` naming the URL: a non-2xx
-status, a page too large, a path robots.txt disallows, a timeout or a connection error.
-Requests to loopback hosts ignore proxy settings.
+status, a page too large, a path robots.txt disallows, a timeout, a connection error or a
+URL that is not one (a bad port, an unclosed IPv6 address). Credentials in a URL
+(``user:password@``) are used for the request and never shown: ``redact`` replaces them in every
+message and in the document's id. Requests to loopback hosts ignore proxy settings.
 """
 
 from __future__ import annotations
 
 import codecs
+import re
 import urllib.robotparser
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import SplitResult, urljoin, urlsplit
 
 import httpx
 
@@ -26,13 +29,14 @@ from ragbench import __version__
 from ragbench.endpoints import is_loopback
 from ragbench.errors import DataError
 
-__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_TIMEOUT", "USER_AGENT", "Fetched", "fetch"]
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_TIMEOUT", "USER_AGENT", "Fetched", "fetch", "redact"]
 
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 DEFAULT_TIMEOUT = 20.0
 USER_AGENT = f"ragbench/{__version__}"
 _MAX_REDIRECTS = 5
 _ROBOTS_MAX_BYTES = 512 * 1024
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@")
 
 
 @dataclass(frozen=True)
@@ -53,16 +57,28 @@ def fetch(
     user_agent: str = USER_AGENT,
 ) -> Fetched:
     """The page at ``url`` (redirects followed, each checked against robots.txt when
-    ``robots``), its body at most ``max_bytes``, each request at most ``timeout`` seconds."""
+    ``robots``), its body at most ``max_bytes``, each request at most ``timeout`` seconds;
+    ``Fetched.url`` is shown without credentials (``redact``)."""
+    try:
+        return _fetch(url, max_bytes, timeout, robots, user_agent)
+    except DataError as exc:
+        raise DataError(redact(str(exc))) from None
+
+
+def redact(text: str) -> str:
+    """``text`` with the credentials of every URL in it (``user:password@``) replaced by
+    ``***``."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
+def _fetch(url: str, max_bytes: int, timeout: float, robots: bool, user_agent: str) -> Fetched:
     if max_bytes < 1:
         raise DataError(f"{url}: max_bytes must be positive, got {max_bytes}")
     current = url
     rules: dict[str, urllib.robotparser.RobotFileParser] = {}
     for _ in range(_MAX_REDIRECTS + 1):
-        parts = urlsplit(current)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise DataError(f"{url}: not an http(s) URL: {current}")
-        with _client(current, timeout, user_agent) as client:
+        parts = _split(current, url)
+        with _client(parts, timeout, user_agent) as client:
             if robots:
                 origin = f"{parts.scheme}://{parts.netloc}"
                 if origin not in rules:
@@ -78,16 +94,35 @@ def fetch(
                     raise DataError(f"{url}: HTTP {response.status_code}{reason}")
                 body = _body(response, url, max_bytes)
                 media = response.headers.get("content-type", "").split(";")[0].strip().lower()
-                return Fetched(current, media, body.decode(_encoding(response), errors="replace"))
+                text = body.decode(_encoding(response), errors="replace")
+                return Fetched(redact(current), media, text)
     raise DataError(f"{url}: more than {_MAX_REDIRECTS} redirects")
 
 
-def _client(url: str, timeout: float, user_agent: str) -> httpx.Client:
-    """A client for ``url``'s host: proxies from the environment unless it is a loopback one."""
-    host = urlsplit(url).hostname or ""
+def _split(target: str, url: str) -> SplitResult:
+    """``target`` (``url`` or a page it redirected to) in parts; ``DataError`` unless it is an
+    http(s) URL with a host and a valid port."""
+    try:
+        parts = urlsplit(target)
+        _ = parts.port  # reading it checks it: a number from 0 to 65535
+    except ValueError as exc:
+        raise DataError(f"{url}: not a valid URL{_at(target, url)} ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise DataError(f"{url}: not an http(s) URL: {target}")
+    return parts
+
+
+def _at(target: str, url: str) -> str:
+    """Where a problem of ``url`` is, when it is at another URL (a redirect, robots.txt)."""
+    return "" if target == url else f": {target}"
+
+
+def _client(parts: SplitResult, timeout: float, user_agent: str) -> httpx.Client:
+    """A client for the host of the URL in ``parts``: proxies from the environment unless it
+    is a loopback one."""
     return httpx.Client(
         timeout=timeout,
-        trust_env=not is_loopback(host),
+        trust_env=not is_loopback(parts.hostname or ""),
         headers={"user-agent": user_agent},
         follow_redirects=False,
     )
@@ -109,6 +144,8 @@ def _request(
     try:
         request = client.build_request("GET", target)
         response = client.send(request, stream=True, follow_redirects=follow)
+    except (httpx.InvalidURL, UnicodeError) as exc:  # a bad port, a host name IDNA refuses
+        raise DataError(f"{url}: not a valid URL{_at(target, url)} ({exc})") from None
     except httpx.TimeoutException:
         raise DataError(f"{url}: no response from {target} within {timeout:g} s") from None
     except httpx.HTTPError as exc:

@@ -68,6 +68,7 @@ from ragbench.data.generate.base import (
 )
 from ragbench.data.generate.llm import LLMMethod, copy_share, locate_excerpt, near_duplicates
 from ragbench.data.generate.offline import GENERIC_HEADINGS, HeadingsMethod, IctMethod
+from ragbench.data.sample import Sampled
 from ragbench.data.spans import DEFAULT_EVIDENCE_GRADE, write_spans
 from ragbench.errors import ConfigError, DataError, RagbenchError
 from ragbench.llm.client import LLMConfig
@@ -88,6 +89,7 @@ __all__ = [
     "copy_share",
     "corpus_documents",
     "generate",
+    "generate_from",
     "held_out",
     "locate_excerpt",
     "near_duplicates",
@@ -187,9 +189,7 @@ def corpus_documents(
     loader = load(path, include=include, exclude=exclude)
     documents = list(loader)
     if not documents:
-        problems = loader.report.problems
-        first = f" (first skipped: {problems[0].path}: {problems[0].reason})" if problems else ""
-        raise DataError(f"{path}: no documents loaded{first}")
+        raise DataError(loader.report.nothing_loaded(path))
     return documents, loader.report.problems
 
 
@@ -243,19 +243,44 @@ def generate(
     chosen = method or IctMethod()
     check_option("--n", n, 1)
     check_option("--seed", seed, 0)
-    target = Path(out)
+    _check_target(Path(out))
+    documents, problems = corpus_documents(corpus, include, exclude)
+    return generate_from(documents, out, chosen, n=n, seed=seed, where=corpus, problems=problems)
+
+
+def _check_target(target: Path) -> None:
+    """``DataError`` unless ``target`` is a new or empty folder."""
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise DataError(f"{target}: already exists and is not an empty folder (choose a new one)")
-    documents, problems = corpus_documents(corpus, include, exclude)
-    generation = chosen.run(documents, n, seed)
+
+
+def generate_from(
+    documents: Sequence[Document],
+    out: StrPath,
+    method: Method,
+    *,
+    n: int,
+    seed: int,
+    where: StrPath,
+    problems: Sequence[LoadProblem] = (),
+    sample: Sampled | None = None,
+) -> GenerationResult:
+    """``generate`` over ``documents`` already read (from ``where``, its loader having skipped
+    ``problems``); ``sample`` says which sample of a larger corpus they are, recorded in every
+    query's ``generator`` metadata (a run on the set reports it, ``ragbench.data.sample``)."""
+    target = Path(out)
+    _check_target(target)
+    generation = method.run(documents, n, seed)
     if not generation.candidates:
         skipped = f" (skipped: {_counts(generation.skipped)})" if generation.skipped else ""
-        raise DataError(f"{corpus}: no {chosen.candidate}{skipped}")
-    generator = {"method": chosen.name, "n": n, "seed": seed, **chosen.settings()}
+        raise DataError(f"{where}: no {method.candidate}{skipped}")
+    generator = {"method": method.name, "n": n, "seed": seed, **method.settings()}
+    if sample is not None:
+        generator["sample"] = sample.as_dict()
     docs = {doc.id: doc for doc in documents}
     drafts, cuts = _held_out(generation.drafts, docs, generation.dropped)
     if not drafts:
-        raise RagbenchError(f"{corpus}: no query was kept (dropped: {_counts(generation.dropped)})")
+        raise RagbenchError(f"{where}: no query was kept (dropped: {_counts(generation.dropped)})")
     width = max(3, len(str(len(drafts))))
     ids = [f"q{i:0{width}d}" for i in range(1, len(drafts) + 1)]
     records = [
@@ -267,7 +292,7 @@ def generate(
         and Path(doc.source).is_file()
         for doc in documents
     )
-    written = documents if whole_files else [doc for doc in documents if doc.text.strip()]
+    written = list(documents) if whole_files else [doc for doc in documents if doc.text.strip()]
     cut_lines = [
         (cut["doc_id"], cut["start"], cut["end"], record["id"])
         for record in records
@@ -276,7 +301,7 @@ def generate(
     write_spans(target, written, records, corpus_given=whole_files, cuts=cut_lines)
     return GenerationResult(
         path=target,
-        method=chosen.name,
+        method=method.name,
         queries=len(records),
         documents=len(written),
         candidates=generation.candidates,
@@ -284,7 +309,7 @@ def generate(
         dropped=dict(generation.dropped),
         requests=generation.requests,
         cached=generation.cached,
-        problems=problems,
+        problems=list(problems),
     )
 
 

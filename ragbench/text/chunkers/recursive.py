@@ -21,6 +21,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from ragbench.registry import components
 from ragbench.text.chunkers.base import Measure, SizedConfig, SpanChunker, span_measure
+from ragbench.text.patterns import safe_pattern
 
 __all__ = ["RecursiveChunker", "RecursiveConfig", "recursive_spans"]
 
@@ -41,10 +42,7 @@ class RecursiveConfig(SizedConfig):
     def _valid_regexes(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
         if info.data.get("is_separator_regex"):
             for sep in value:
-                try:
-                    re.compile(sep)
-                except re.error as exc:
-                    raise ValueError(f"not a valid regular expression {sep!r}: {exc}") from None
+                safe_pattern(sep)
         return value
 
 

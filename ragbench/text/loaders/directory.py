@@ -66,6 +66,11 @@ class DirectoryLoader(BaseLoader):
         self.follow_symlinks = follow_symlinks
         self.include = globs(include, "--include")
         self.exclude = globs(exclude, "--exclude")
+        self.report.selection = " and ".join(
+            f"{flag} {' '.join(map(repr, patterns))}"
+            for flag, patterns in (("--include", include), ("--exclude", exclude))
+            if patterns
+        )
         self.skip_files = {os.path.realpath(p) for p in skip_files}
         self._jsonl_options: dict[str, Any] = {
             "id_field": id_field,
@@ -132,6 +137,10 @@ class DirectoryLoader(BaseLoader):
             child = f"{rel}/{entry.name}" if rel else entry.name
             is_dir = entry.is_dir()
             if not self._wanted(child, is_dir):
+                if is_dir:
+                    run.report.left_out_folders += 1
+                else:
+                    run.report.left_out += 1
                 continue
             outside = self._outside(entry)
             if outside is not None:

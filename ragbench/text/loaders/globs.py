@@ -1,4 +1,12 @@
-"""``include`` / ``exclude`` globs of a folder, gitignore-like, compiled to regular expressions."""
+"""``include`` / ``exclude`` globs of a folder, gitignore-like, matched in time bounded by the
+glob's segments times the path's, whatever the glob.
+
+A glob is a list of path segments: each a regular expression over one segment (a ``*`` run
+matches the leftmost occurrence of what follows it, in an atomic group, as ``fnmatch`` does, so
+``*a*a*a*b`` never backtracks), or ``**`` for any number of folders. Matching a path steps through
+the glob's segments once, keeping the path positions reached (``Glob.matches``), so no glob can
+take exponential time.
+"""
 
 from __future__ import annotations
 
@@ -11,17 +19,34 @@ from ragbench.errors import ConfigError
 
 @dataclass(frozen=True)
 class Glob:
-    """A gitignore-like pattern compiled to a regular expression over relative POSIX paths."""
+    """A gitignore-like pattern: the regular expression of each path segment (``None``: a
+    ``**``), over relative POSIX paths; ``rest`` when it ends in ``/**`` (whatever lies
+    below)."""
 
-    regex: re.Pattern[str]
+    segments: tuple[re.Pattern[str] | None, ...]
+    rest: bool
     directories_only: bool
 
     def matches(self, rel: str, directory: bool) -> bool:
         """Whether the file or directory ``rel`` matches (a directory also as ``rel/``, so that
         ``build/**`` matches the folder ``build``)."""
         if directory:
-            return bool(self.regex.fullmatch(rel) or self.regex.fullmatch(rel + "/"))
-        return not self.directories_only and self.regex.fullmatch(rel) is not None
+            return self._matches(rel) or self._matches(rel + "/")
+        return not self.directories_only and self._matches(rel)
+
+    def _matches(self, rel: str) -> bool:
+        parts = rel.split("/")
+        reached = {0}  # the parts the segments so far can end before
+        for segment in self.segments:
+            if not reached:
+                return False
+            if segment is None:  # '**': any number of folders (never the last part)
+                reached |= set(range(min(reached), len(parts)))
+            else:
+                reached = {p + 1 for p in reached if p < len(parts) and segment.fullmatch(parts[p])}
+        if self.rest:  # '/**': something below
+            return any(p < len(parts) for p in reached)
+        return len(parts) in reached
 
 
 def globs(patterns: Collection[str], flag: str) -> tuple[Glob, ...]:
@@ -51,35 +76,42 @@ def _glob(pattern: str, flag: str) -> Glob:
         raise invalid("empty path segment ('//')")
     if "." in segments or ".." in segments:
         raise invalid("a '.' or '..' segment")
-    regex = "" if anchored or len(segments) > 1 else "(?:.*/)?"
-    for i, segment in enumerate(segments):
-        last = i == len(segments) - 1
-        if segment == "**":
-            regex += ".*" if last else "(?:.*/)?"
-        else:
-            regex += _segment_regex(segment, invalid) + ("" if last else "/")
-    try:
-        return Glob(re.compile(regex), pattern.endswith("/"))
-    except re.error as error:
-        raise invalid(f"invalid character class ({error.msg})") from None
+    if not anchored and len(segments) == 1:
+        segments.insert(0, "**")
+    rest = segments[-1] == "**"
+    if rest:
+        segments.pop()
+    compiled: list[re.Pattern[str] | None] = []
+    for segment in segments:
+        if segment != "**":
+            try:
+                compiled.append(re.compile(_segment_regex(segment, invalid), re.DOTALL))
+            except re.error as error:
+                raise invalid(f"invalid character class ({error.msg})") from None
+        elif not compiled or compiled[-1] is not None:  # '**/**' is '**'
+            compiled.append(None)
+    return Glob(tuple(compiled), rest, pattern.endswith("/"))
 
 
 def _segment_regex(segment: str, invalid: Callable[[str], ConfigError]) -> str:
-    """The regular expression of one path segment of a glob (no ``/`` in it)."""
-    out, i = [], 0
+    """The regular expression of one path segment of a glob (no ``/`` in it): a piece between
+    two ``*`` runs is found at its leftmost place and kept (``(?>.*?piece)``), as every piece
+    has a fixed length; the last ``*`` run takes what is left."""
+    pieces: list[list[str]] = [[]]
+    i = 0
     while i < len(segment):
         c = segment[i]
         if c == "*":
             while i + 1 < len(segment) and segment[i + 1] == "*":
                 i += 1
-            out.append("[^/]*")
+            pieces.append([])
         elif c == "?":
-            out.append("[^/]")
+            pieces[-1].append(".")
         elif c == "\\":
             if i + 1 == len(segment):
                 raise invalid("ends with an escape ('\\')")
             i += 1
-            out.append(re.escape(segment[i]))
+            pieces[-1].append(re.escape(segment[i]))
         elif c == "[":
             start = i + 1
             negate = start < len(segment) and segment[start] in "!^"
@@ -88,9 +120,13 @@ def _segment_regex(segment: str, invalid: Callable[[str], ConfigError]) -> str:
             if end < 0:
                 raise invalid("unclosed '['")
             members = re.sub(r"([\\\[\]])", r"\\\1", segment[start + negate : end])
-            out.append(f"[^/{members}]" if negate else f"[{members}]")
+            pieces[-1].append(f"[^/{members}]" if negate else f"[{members}]")
             i = end
         else:
-            out.append(re.escape(c))
+            pieces[-1].append(re.escape(c))
         i += 1
-    return "".join(out)
+    first, *starred = ("".join(piece) for piece in pieces)
+    if not starred:
+        return first
+    *middle, last = starred
+    return first + "".join(f"(?>.*?{piece})" for piece in middle) + f".*{last}"

@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 from typing import IO, Any
 
+from ragbench.registry import described
 from ragbench.text.loaders.base import FileLoader
 from ragbench.text.loaders.decode import SNIFF_BYTES, normalize_newlines, os_reason, utf8
 from ragbench.text.loaders.report import Pass, Skip, StrPath
@@ -99,7 +100,7 @@ class JsonlLoader(FileLoader):
         if value is None or value == "":
             raise Skip(f"missing id ({' or '.join(map(repr, self.id_fields))})")
         if isinstance(value, bool) or not isinstance(value, str | int):
-            raise Skip(f"id must be a string or an integer, got {type(value).__name__}")
+            raise Skip(f"id must be a string or an integer, got {described(value)}")
         return str(value)
 
     @staticmethod
@@ -111,7 +112,7 @@ class JsonlLoader(FileLoader):
                 raise Skip(f"missing {name!r}")
             return ""
         if not isinstance(value, str):
-            raise Skip(f"{name!r} must be a string, got {type(value).__name__}")
+            raise Skip(f"{name!r} must be a string, got {described(value)}")
         return normalize_newlines(value)
 
     def _metadata(self, record: dict[str, Any]) -> dict[str, Any]:

@@ -45,11 +45,22 @@ class LoadReport:
 
     loaded: int = 0
     problems: list[LoadProblem] = field(default_factory=list)
+    left_out: int = 0
+    """Files the ``include`` / ``exclude`` globs left out (chosen: not problems)."""
+    left_out_folders: int = 0
+    """Folders ``exclude`` left out, with what they hold."""
+    selection: str = ""
+    """Those globs as given (``--include '*.md'``), "" when there are none."""
 
     @property
     def skipped(self) -> int:
         """Number of skipped files, lines and directories."""
         return len(self.problems)
+
+    @property
+    def passed_over(self) -> int:
+        """Items skipped, and files and folders the globs left out."""
+        return self.skipped + self.left_out + self.left_out_folders
 
     def add(self, path: StrPath, reason: str, kind: str = "") -> None:
         """Record that ``path`` was skipped for ``reason`` (of ``kind``, default the reason)."""
@@ -62,8 +73,24 @@ class LoadReport:
 
     def clear(self) -> None:
         """Reset to an empty report (each pass over a loader starts afresh)."""
-        self.loaded = 0
+        self.loaded = self.left_out = self.left_out_folders = 0
         self.problems.clear()
+
+    def nothing_loaded(self, source: StrPath) -> str:
+        """One line on why the pass over ``source`` loaded no document ("" when it loaded
+        some): the first item skipped, what the globs left out, or that there was nothing."""
+        if self.loaded:
+            return ""
+        why = []
+        if self.problems:
+            first, more = self.problems[0], len(self.problems) - 1
+            where = "" if first.path == str(source) else f"skipped {first.path}: "
+            why.append(f"{where}{first.reason}" + (f" (and {more} more skipped)" if more else ""))
+        counts = ((self.left_out, "file"), (self.left_out_folders, "folder"))
+        things = " and ".join(f"{n} {what}{'s' * (n > 1)}" for n, what in counts if n)
+        if things:
+            why.append(f"{self.selection} left out {'' if self.problems else 'all '}{things}")
+        return f"{source}: no documents loaded: {'; '.join(why) or 'it holds no file'}"
 
     def __str__(self) -> str:
         head = f"loaded {self.loaded} documents, skipped {self.skipped}"

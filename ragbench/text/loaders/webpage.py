@@ -18,7 +18,8 @@ class WebLoader(BaseLoader):
     """One web page, fetched when the loader is made (``ragbench.text.web.fetch``: robots.txt,
     ``max_bytes``, ``timeout``; any failure is a one-line ``DataError``). HTML becomes its
     visible text as ``HtmlLoader`` reads it, plain text and Markdown stay as served; the
-    document's id is the URL asked for, ``metadata["url"]`` the one that served it.
+    document's id is the URL asked for, ``metadata["url"]`` the one that served it, both
+    without the credentials a URL may carry (``web.redact``).
     """
 
     format = "web"
@@ -28,13 +29,13 @@ class WebLoader(BaseLoader):
     ) -> None:
         from ragbench.text import web
 
-        self.url = url
         self.report = LoadReport()
         page = web.fetch(
             url,
             max_bytes=web.DEFAULT_MAX_BYTES if max_bytes is None else max_bytes,
             timeout=web.DEFAULT_TIMEOUT if timeout is None else timeout,
         )
+        self.url = url = web.redact(url)
         text, title, kind = normalize_newlines(page.text), "", "txt"
         if page.content_type in ("text/html", "application/xhtml+xml"):
             (text, title), kind = html_text(text), "html"

@@ -1,0 +1,229 @@
+"""Samples of a corpus that keep its mix, for sweeps that need not read every document.
+
+A sweep ranks configurations; a sample of a large corpus ranks them about as the whole corpus
+does (``benchmarks/RESULTS.md``, "Sweeps on a sample") at a fraction of the cost, while the
+deployed collection indexes every document.
+
+- ``check_size`` reads a sample's size as a config or a flag gives it: a number of documents,
+  a percentage (``"25%"``) or ``all``; ``documents_for`` turns it into a number of documents of
+  a corpus.
+- ``choose(documents, n, seed, keep)`` draws ``n`` documents: those in ``keep`` first, then the
+  rest stratified by top folder, file format and size quartile, the stratum furthest below its
+  share of the corpus filled first. Within a stratum documents are taken in the order of a
+  seeded hash of their ids, so a sample depends on the seed and the documents alone, never on
+  the order they were read in.
+- ``sample_set(labeled, size, seed)`` samples a labeled set: every document a kept query is
+  judged on (its qrels and its evidence) stays. When those documents would fill more than half
+  the sample, queries are sampled too (seeded), so that the sample keeps documents to rank the
+  judged ones against, and the returned ``Sampled`` says how many were kept.
+- ``Sampled`` is what a sample is (documents kept, of how many, the seed; the folder it was
+  drawn from for generated labels) as a run's manifest records it; ``recorded(labeled)`` reads
+  the one a generated set was made from (its generator's ``sample``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import heapq
+import math
+import re
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import PurePosixPath
+from typing import Any
+
+from ragbench.data.labeled import LabeledSet
+from ragbench.types import Document
+
+__all__ = [
+    "JUDGED_SHARE",
+    "SampleSize",
+    "Sampled",
+    "check_size",
+    "choose",
+    "documents_for",
+    "recorded",
+    "sample_set",
+]
+
+SampleSize = int | str | None
+"""A sample's size: a number of documents, a percentage (``"25%"``), or None for every one."""
+
+JUDGED_SHARE = 0.5
+"""The most of a labeled set's sample its judged documents may fill; past it queries are
+sampled, so that the sample keeps documents the judged ones are ranked against."""
+
+_PERCENT = re.compile(r"(\d+(?:\.\d+)?)\s*%")
+EXPECTED = 'expected a number of documents (1 or more), a percentage ("25%") or "all"'
+
+
+def check_size(value: Any) -> SampleSize:
+    """``value`` as a sample's size (``"all"`` is None, ``"2000"`` 2000, ``"25%"`` as given);
+    ``ValueError`` saying what is expected otherwise."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "all"):
+        return None
+    number = int(value.strip()) if isinstance(value, str) and value.strip().isdigit() else value
+    if isinstance(number, int) and not isinstance(number, bool) and number >= 1:
+        return number
+    if isinstance(value, str):
+        found = _PERCENT.fullmatch(value.strip())
+        if found is not None and 0 < float(found[1]) <= 100:
+            return f"{found[1]}%"
+    raise ValueError(f"{EXPECTED}, got {value!r}")
+
+
+def documents_for(size: SampleSize, total: int) -> int:
+    """How many of ``total`` documents a sample of ``size`` (any form ``check_size`` reads)
+    keeps; a percentage rounds up, so no sample is empty."""
+    size = check_size(size)
+    if size is None:
+        return total
+    if isinstance(size, int):
+        return min(size, total)
+    return min(total, max(1, math.ceil(float(size.rstrip("%")) * total / 100 - 1e-9)))
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """A sample: ``documents`` kept of ``of``, drawn with ``seed``; ``queries`` kept of
+    ``queries_of`` when queries were sampled too; for generated labels the folder or file the
+    documents were read from (``source``, with the globs that selected its files), which a
+    deployment indexes whole."""
+
+    documents: int
+    of: int
+    seed: int
+    queries: int | None = None
+    queries_of: int | None = None
+    source: str | None = None
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """The sample as JSON values (a manifest's ``dataset.sample``; None values left out)."""
+        found: dict[str, Any] = {"documents": self.documents, "of": self.of, "seed": self.seed}
+        for key in ("queries", "queries_of", "source"):
+            if getattr(self, key) is not None:
+                found[key] = getattr(self, key)
+        for key in ("include", "exclude"):
+            if getattr(self, key):
+                found[key] = list(getattr(self, key))
+        return found
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> Sampled:
+        """The sample ``as_dict`` wrote."""
+        return cls(
+            documents=int(values["documents"]),
+            of=int(values["of"]),
+            seed=int(values["seed"]),
+            queries=values.get("queries"),
+            queries_of=values.get("queries_of"),
+            source=values.get("source"),
+            include=tuple(values.get("include", ())),
+            exclude=tuple(values.get("exclude", ())),
+        )
+
+    def text(self) -> str:
+        """``2,000 of 104,512 documents (seed 0)``, and the queries kept when some were left
+        out."""
+        line = f"{self.documents:,} of {self.of:,} documents (seed {self.seed})"
+        if self.queries is not None and self.queries_of is not None:
+            line += f", {self.queries:,} of {self.queries_of:,} queries"
+        return line
+
+
+def _rank(seed: int, doc_id: str) -> bytes:
+    """A document's place in the seeded order (a hash of the seed and its id)."""
+    return hashlib.blake2b(f"{seed}\x1f{doc_id}".encode("utf-8", "surrogatepass")).digest()
+
+
+def _strata(documents: Sequence[Document]) -> list[tuple[str, str, int]]:
+    """Each document's stratum: its top folder (the first part of a path id, or ""), its
+    format (the loader's, else its id's extension) and its size quartile in the corpus."""
+    sizes = sorted(len(d.text) for d in documents)
+    bounds = [sizes[len(sizes) * q // 4] for q in (1, 2, 3)]
+    found = []
+    for doc in documents:
+        parts = doc.id.split("/")
+        folder = parts[0] if len(parts) > 1 else ""
+        fmt = str(doc.metadata.get("format") or PurePosixPath(parts[-1]).suffix.lower())
+        found.append((folder, fmt, bisect.bisect_right(bounds, len(doc.text))))
+    return found
+
+
+def choose(
+    documents: Sequence[Document], n: int, seed: int, keep: Collection[str] = ()
+) -> list[Document]:
+    """``n`` of ``documents`` (all when there are no more), in their order: every one whose id
+    is in ``keep``, then the others stratified (see the module docstring)."""
+    if n >= len(documents):
+        return list(documents)
+    groups: dict[tuple[str, str, int], list[Document]] = {}
+    for doc, stratum in zip(documents, _strata(documents), strict=True):
+        groups.setdefault(stratum, []).append(doc)
+    keep = set(keep)
+    chosen = {d.id for d in documents if d.id in keep}
+    share = n / len(documents)
+    # (taken − its share of n, seeded tie-break, the stratum's documents left, last first)
+    heap: list[tuple[float, bytes, list[Document]]] = []
+    for stratum, members in groups.items():
+        rest = sorted((d for d in members if d.id not in chosen), key=lambda d: _rank(seed, d.id))
+        rest.reverse()
+        if rest:
+            below = len(members) - len(rest) - share * len(members)
+            heap.append((below, _rank(seed, repr(stratum)), rest))
+    heapq.heapify(heap)
+    for _ in range(max(0, n - len(chosen))):
+        if not heap:
+            break
+        below, order, rest = heapq.heappop(heap)
+        chosen.add(rest.pop().id)
+        if rest:
+            heapq.heappush(heap, (below + 1, order, rest))
+    return [d for d in documents if d.id in chosen]
+
+
+def _judged(labeled: LabeledSet, query_id: str) -> set[str]:
+    """The documents query ``query_id`` is judged on: its qrels and its evidence."""
+    found = set(labeled.qrels.get(query_id, {}))
+    found.update(e.doc_id for e in labeled.evidence.get(query_id, []))
+    return found
+
+
+def sample_set(
+    labeled: LabeledSet, size: SampleSize, seed: int
+) -> tuple[LabeledSet, Sampled | None]:
+    """``labeled`` on a sample of its documents of ``size`` (see the module docstring) and
+    what was kept; the set itself and None when the sample would hold every document."""
+    total = len(labeled.documents)
+    n = documents_for(size, total)
+    if n >= total:
+        return labeled, None
+    judged = {q.id: _judged(labeled, q.id) for q in labeled.queries}
+    everything = set().union(*judged.values()) if judged else set()
+    room = int(n * JUDGED_SHARE)
+    kept = [q.id for q in labeled.queries]
+    if len(everything) > room:
+        everything, picked = set(), set()
+        for qid in sorted(judged, key=lambda q: _rank(seed, q)):
+            new = judged[qid] - everything
+            if len(everything) + len(new) <= room:
+                everything |= new
+                picked.add(qid)
+        kept = [qid for qid in kept if qid in picked]
+    documents = choose(labeled.documents, n, seed, everything)
+    sampled = Sampled(len(documents), total, seed)
+    if len(kept) < len(labeled.queries):
+        sampled = replace(sampled, queries=len(kept), queries_of=len(labeled.queries))
+    return replace(labeled.subset(kept), documents=documents), sampled
+
+
+def recorded(labeled: LabeledSet) -> Sampled | None:
+    """The sample a generated set's documents are (its generator's ``sample``), or None."""
+    for query in labeled.queries:
+        generator = query.metadata.get("generator")
+        if isinstance(generator, Mapping) and isinstance(generator.get("sample"), Mapping):
+            return Sampled.from_dict(generator["sample"])
+    return None

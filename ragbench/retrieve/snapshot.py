@@ -1,0 +1,140 @@
+"""A collection's index values on disk: snapshots of its indexes and the batches after them.
+
+An ingest commits documents and chunks batch by batch (``retrieve/stored.py``); its indexes
+(dense stores, BM25) live in memory and are written out whole now and then, as a snapshot
+named by the last batch it includes (``snapshots/<batch>/<stage>/``, each stage's folder sealed
+with its checksums). The values an index is extended from that are not kept in the store — a
+batch's document vectors — are written as a shard (``batches/<batch>/<stage>/``) before the batch
+commits, so a reader rebuilds the indexes of every committed batch from the last snapshot and
+the shards after it (``LiveExecution.replay``), and no batch an ingest finished is embedded
+again after a crash. Older snapshots and the shards they include are removed once a newer
+snapshot is written.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ragbench.errors import DataError
+from ragbench.index.cache import seal, seal_damage
+from ragbench.retrieve.graph import Plan, Stage
+
+__all__ = [
+    "SNAPSHOTS",
+    "load_shard",
+    "load_snapshot",
+    "prune",
+    "shard_stages",
+    "snapshot_stages",
+    "write_shard",
+    "write_snapshot",
+]
+
+SNAPSHOTS = "snapshots"
+SHARDS = "batches"
+_KEPT = 2  # snapshots kept: a reader loading the older one is never left without it
+
+
+def _folder(stage_name: str) -> str:
+    return "".join(c if c.isalnum() or c in "_.-" else "_" for c in stage_name)
+
+
+def snapshot_stages(plan: Plan) -> list[Stage]:
+    """The index-time stages whose values a snapshot holds: indexes (``extend``) and trained
+    models (``fixed``)."""
+    return [s for s in plan.index_stages() if s.update in ("extend", "fixed")]
+
+
+def shard_stages(plan: Plan) -> list[Stage]:
+    """The batch values an index is extended from that the store does not keep (document
+    vectors): what a shard holds."""
+    read = {i for s in plan.index_stages() if s.update == "extend" for i in s.inputs}
+    return [s for s in plan.index_stages() if s.update == "batch" and s.name in read]
+
+
+@contextmanager
+def _written(tmp: Path, final: Path) -> Iterator[None]:
+    """Fill the new folder ``tmp`` in the block, then rename it to ``final``; when the block
+    fails (a full disk), ``tmp`` goes and ``final`` stays as it was."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+        yield
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+
+
+def write_snapshot(root: Path, plan: Plan, values: Mapping[str, Any], batch: int) -> None:
+    """Write the snapshot of ``values`` that includes every batch up to ``batch``."""
+    final = root / SNAPSHOTS / str(batch)
+    tmp = root / SNAPSHOTS / f".tmp-{batch}-{os.getpid()}"
+    with _written(tmp, final):
+        for stage in snapshot_stages(plan):
+            if values.get(stage.name) is not None:
+                folder = tmp / _folder(stage.name)
+                folder.mkdir()
+                stage.codec.save(values[stage.name], folder)
+                seal(folder)
+
+
+def load_snapshot(root: Path, plan: Plan, batch: int) -> dict[str, Any]:
+    """The values of the snapshot that includes the batches up to ``batch`` (none for -1),
+    each stage's files checked against their seal; damage is a ``DataError`` naming it."""
+    if batch < 0:
+        return {}
+    found: dict[str, Any] = {}
+    for stage in snapshot_stages(plan):
+        folder = root / SNAPSHOTS / str(batch) / _folder(stage.name)
+        if not folder.is_dir():
+            continue
+        damage = seal_damage(folder)
+        if damage is not None:
+            raise DataError(f"{damage}: the collection's index changed since it was saved")
+        try:
+            found[stage.name] = stage.codec.load(folder)
+        except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise DataError(f"{folder}: unreadable ({reason})") from None
+    return found
+
+
+def write_shard(root: Path, plan: Plan, batch: int, values: Mapping[str, Any]) -> None:
+    """Write the values of ``batch`` an index is extended from (``shard_stages``)."""
+    final = root / SHARDS / str(batch)
+    tmp = root / SHARDS / f".tmp-{batch}-{os.getpid()}"
+    with _written(tmp, final):
+        for stage in shard_stages(plan):
+            if values.get(stage.name) is not None:
+                folder = tmp / _folder(stage.name)
+                folder.mkdir()
+                stage.codec.save(values[stage.name], folder)
+
+
+def load_shard(root: Path, stage: Stage, batch: int) -> Any | None:
+    """The value of ``stage`` in the shard of ``batch``, or None when there is none."""
+    folder = root / SHARDS / str(batch) / _folder(stage.name)
+    if not folder.is_dir():
+        return None
+    try:
+        return stage.codec.load(folder)
+    except (OSError, ValueError, KeyError, TypeError, EOFError):
+        return None  # computed again from the batch's chunks
+
+
+def prune(root: Path, snapshot: int) -> None:
+    """Remove the snapshots older than the last ``_KEPT`` and the shards ``snapshot``
+    includes."""
+    held = sorted(int(p.name) for p in (root / SNAPSHOTS).glob("[0-9]*") if p.name.isdigit())
+    for old in held[:-_KEPT]:
+        shutil.rmtree(root / SNAPSHOTS / str(old), ignore_errors=True)
+    for shard in (root / SHARDS).glob("[0-9]*"):
+        if shard.name.isdigit() and int(shard.name) <= snapshot:
+            shutil.rmtree(shard, ignore_errors=True)
