@@ -215,8 +215,9 @@ def _serve(args: argparse.Namespace) -> int:
     with server:
         try:
             server.serve_forever()
-        except KeyboardInterrupt:  # uvicorn raises the signal again once it stopped
-            print("stopped", file=sys.stderr)
+        except KeyboardInterrupt:  # uvicorn raises the signal again once it stopped, when
+            pass  # asyncio's own SIGINT handler has not already seen the task finish
+    print("stopped", file=sys.stderr)
     return 0
 
 
