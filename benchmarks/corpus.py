@@ -222,6 +222,8 @@ def unusable(text: str) -> str | None:
     if len(stripped) < MIN_CHARS:
         return "too short"
     head = stripped[:8192]
+    if "\0" in stripped:  # the loaders read a file holding a NUL byte as binary
+        return "not prose"
     if sum(c.isprintable() or c.isspace() for c in head) < 0.95 * len(head):
         return "not prose"
     lines = [line for line in stripped.split("\n") if line.strip()]

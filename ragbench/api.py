@@ -13,7 +13,10 @@ one at a time in a worker thread (a pipeline is not thread-safe), in the order t
 ``ServeLimits`` (``ragbench.service``) sets every limit. The server binds to loopback unless
 told otherwise (the API has no authentication); given the collection's folder, it follows
 re-ingests: the first request after a new save reopens it (a save it cannot open leaves the
-loaded copy answering, one line in the log and ``"status": "stale"`` in ``/health``).
+loaded copy answering, one line in the log and ``"status": "stale"`` in ``/health``). A request
+body is checked against the collection answering it, once it is its turn, and
+``/openapi.json`` describes that collection too: a collection saved again with other retrievers
+changes which ones a request may name.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import h11
 import numpy as np
 import uvicorn
 from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
@@ -339,15 +343,37 @@ class _Metered:
 def create_app(server: SearchServer) -> FastAPI:
     """The API over ``server``'s collection, with ``server.limits``."""
     limits = server.limits
-    model = request_model(server.pipeline.retrievers, limits)
     app = FastAPI(
         title="ragbench search",
         version=__version__,
         description="Search one ragbench collection (made by `ragbench ingest`).",
         docs_url=None,
         redoc_url=None,
+        openapi_url=None,  # served below, in turn: it follows the collection reopened
     )
     app.add_middleware(_Metered, meter=server.meter)
+    documents: dict[tuple[str, ...], dict[str, Any]] = {}
+
+    def describe(pipeline: RAGPipeline) -> dict[str, Any]:
+        """The OpenAPI document, with the ``POST /search`` body of ``pipeline``'s retrievers
+        (made once per set of retrievers)."""
+        retrievers = pipeline.retrievers
+        if retrievers not in documents:
+            document = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+            )
+            schema = server.request_model(retrievers).model_json_schema()
+            document["paths"]["/search"]["post"]["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": schema}},
+            }
+            documents[retrievers] = document
+        return documents[retrievers]
+
+    app.openapi = lambda: describe(server.pipeline)  # type: ignore[method-assign]
 
     @app.post(
         "/search",
@@ -355,17 +381,12 @@ def create_app(server: SearchServer) -> FastAPI:
         response_model=SearchResult,
         response_description="The hits, best first, and what their scores mean.",
         responses=_errors(400, 408, 413, 500, 503),
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": model.model_json_schema()}},
-            }
-        },
     )
     async def search_route(request: Request) -> Any:
         # The body is read here, not by FastAPI: any Content-Type is read as JSON (curl -d
         # sends a form's), and bytes that are not UTF-8, a key given twice and lone
-        # surrogates are refused naming where they are.
+        # surrogates are refused naming where they are. It is checked in turn, against the
+        # collection that answers it (reopened, when saved again since).
         try:
             body = await _read(request, limits)
         except _TooLarge:
@@ -376,13 +397,12 @@ def create_app(server: SearchServer) -> FastAPI:
             return _error(408, f"body: {message}", "body", {"Connection": "close"})
         except ClientDisconnect:
             return Response(status_code=_CLIENT_GONE)
-        asked = parse_request(body, model)
-        return await server.in_turn(
-            partial(
-                search, query=asked.query, k=asked.k, filter=asked.filter, retriever=asked.retriever
-            ),
-            "search",
-        )
+
+        def answer(pipeline: RAGPipeline) -> SearchResult:
+            asked = parse_request(body, server.request_model(pipeline.retrievers))
+            return search(pipeline, asked.query, asked.k, asked.filter, asked.retriever)
+
+        return await server.in_turn(answer, "search")
 
     @app.get(
         "/health",
@@ -392,6 +412,10 @@ def create_app(server: SearchServer) -> FastAPI:
     )
     async def health_route() -> Health:
         return await server.in_turn(server.health, "health")
+
+    @app.get("/openapi.json", include_in_schema=False)
+    async def openapi_route() -> JSONResponse:
+        return JSONResponse(await server.in_turn(describe, "openapi"))
 
     @app.get(
         "/metrics",
@@ -534,6 +558,7 @@ class SearchServer:
         self.limits = limits
         self.meter = _Meter(limits.latency_window)
         self._stamp = _stamp(self.path)
+        self._models: dict[tuple[str, ...], type[BaseModel]] = {}
         self._gone: str | None = None
         self._unopened: str | None = None
         self._turn = asyncio.Lock()  # one search at a time: indexes and models are shared
@@ -642,6 +667,14 @@ class SearchServer:
         self._unopened = None
         return fresh
 
+    def request_model(self, retrievers: tuple[str, ...]) -> type[BaseModel]:
+        """The ``POST /search`` body for a collection serving ``retrievers``, with the
+        server's limits (made once per set of retrievers: a reopened collection may serve
+        others)."""
+        if retrievers not in self._models:
+            self._models[retrievers] = request_model(retrievers, self.limits)
+        return self._models[retrievers]
+
     @property
     def stale(self) -> str | None:
         """Why the pipeline answering is older than the collection as saved last, or None."""
@@ -649,7 +682,8 @@ class SearchServer:
 
     async def in_turn(self, work: Callable[[RAGPipeline], T], what: str) -> T:
         """``work`` on the current pipeline, in a worker thread, once the requests before it
-        are done; ``_Failed`` (503) after waiting ``queue_timeout_s``, (500) when it raises."""
+        are done; ``_Failed`` (503) after waiting ``queue_timeout_s``, (500) when it raises
+        anything but a ``RequestError`` (a bad field: a 400)."""
         waited = self.limits.queue_timeout_s
         try:
             async with asyncio.timeout(waited):
@@ -660,6 +694,8 @@ class SearchServer:
         try:
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(self._worker, lambda: work(self.current()))
+        except RequestError:
+            raise
         except Exception as exc:  # one line to the client, the traceback to the log
             logger.exception("%s failed", what)
             said = " ".join(str(exc).split())

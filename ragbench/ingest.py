@@ -25,13 +25,22 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ragbench.errors import ConfigError
-from ragbench.experiment.executors import dask_client
+from ragbench.errors import ConfigError, DataError
+from ragbench.experiment.executors import check_workers, dask_client
+from ragbench.experiment.store import RunStore
 from ragbench.index.cache import EmbeddingCache, default_cache_root
 from ragbench.index.finetune import TunedModel
 from ragbench.owned import owned
-from ragbench.pipeline import CONFIG, IndexReport, RAGPipeline, collection_lock, pipeline_trial
+from ragbench.pipeline import (
+    CONFIG,
+    IndexReport,
+    RAGPipeline,
+    collection_lock,
+    pipeline_trial,
+    run_origin,
+)
 from ragbench.registry import ComponentConfig
+from ragbench.report.pick import chosen_trial
 from ragbench.retrieve.graph import Env
 from ragbench.text.loaders import load
 from ragbench.types import Document
@@ -125,6 +134,8 @@ def ingest(
         raise ConfigError("--from-run and --trial go together (--trial ID, or --trial best)")
     if options.spec is not None and options.from_run is not None:
         raise ConfigError("--config and --from-run: give one (the trial is the config)")
+    if options.executor == "dask":
+        check_workers(options.workers)
     source = (
         None
         if options.source is None
@@ -148,31 +159,32 @@ def ingest(
                 f"--collection {target.name}: {target} is a folder ragbench did not write, "
                 "not a collection; it stays as it is (choose another name, or another --db)"
             )
-        if options.from_run is not None:
-            run, trial_id = options.from_run, options.trial or ""
-            pipeline, documents = RAGPipeline.for_trial(run, trial_id, target)
-            steps: list[tuple[str, Iterable[Document], int | None]] = [
-                (f"trial {options.trial}", documents, len(documents))
-            ]
-        else:
-            trial = pipeline_trial(options.spec or {})
-            pipeline = RAGPipeline.open(target) if exists else RAGPipeline.create(trial, target)
-            if options.spec is not None and pipeline.trial.id != trial.id:
-                raise ConfigError(
-                    f"--config: collection {target.name!r} exists with another configuration; "
-                    "its config stays (ingest into another --collection)"
-                )
-            steps = []
-        if pipeline.env.embeddings is None:  # vectors embedded before are not embedded again
-            pipeline.env.embeddings = EmbeddingCache(default_cache_root())
-        if source is not None and options.source is not None:
-            steps.append((str(options.source), source, _files(options.source)))
-        client, cluster = (
-            dask_client(options.workers, options.scheduler)
-            if options.executor == "dask"
-            else (None, None)
-        )
+        pipeline: RAGPipeline | None = None
+        client, cluster = None, None
         try:
+            if options.from_run is not None:
+                run, trial_id = options.from_run, options.trial or ""
+                if exists:
+                    _same_trial(target, run, trial_id)
+                pipeline, documents = RAGPipeline.for_trial(run, trial_id, target)
+                steps: list[tuple[str, Iterable[Document], int | None]] = [
+                    (f"trial {trial_id}", _Corpus(documents, run_origin(run)), len(documents))
+                ]
+            else:
+                trial = pipeline_trial(options.spec or {})
+                pipeline = RAGPipeline.open(target) if exists else RAGPipeline.create(trial, target)
+                if options.spec is not None and pipeline.trial.id != trial.id:
+                    raise ConfigError(
+                        f"--config: collection {target.name!r} exists with another "
+                        "configuration; its config stays (ingest into another --collection)"
+                    )
+                steps = []
+            if pipeline.env.embeddings is None:  # vectors embedded before are not embedded again
+                pipeline.env.embeddings = EmbeddingCache(default_cache_root())
+            if source is not None and options.source is not None:
+                steps.append((str(options.source), source, _files(options.source)))
+            if options.executor == "dask":
+                client, cluster = dask_client(options.workers, options.scheduler)
             for what, given, expected in steps:
                 progress = Progress(what, expected)
 
@@ -183,8 +195,11 @@ def ingest(
 
                 read = given if client is None else _Ahead(given, pipeline, client)
                 reports.append(pipeline.index(read, options.replace, tell))
-        except BaseException:
-            if not exists and not pipeline.document_ids:  # refused before anything was kept
+            _check_indexed(reports, target.name, exists)
+        except BaseException as exc:
+            made = not exists and owned(target, "collection")
+            refused = isinstance(exc, ConfigError | DataError)  # not a kill: nothing goes on
+            if made and (refused or pipeline is None or not pipeline.document_ids):
                 shutil.rmtree(target, ignore_errors=True)
             raise
         finally:
@@ -193,6 +208,49 @@ def ingest(
             if cluster is not None:
                 cluster.close()
     return pipeline, reports
+
+
+def _same_trial(target: Path, run: str, trial_id: str) -> None:
+    """``ConfigError`` when the collection at ``target`` is of another configuration than
+    the trial ``trial_id`` of ``run``, naming both and the way out."""
+    wanted = chosen_trial(RunStore(run), trial_id)
+    have = RAGPipeline.open(target).trial
+    if have.id != wanted.id:
+        raise ConfigError(
+            f"--collection {target.name}: a collection of another configuration "
+            f"({have.label}) than trial {trial_id} of {run} ({wanted.label}); its config "
+            "stays (deploy the trial into another --collection)"
+        )
+
+
+def _check_indexed(reports: list[IndexReport], name: str, existed: bool) -> None:
+    """``DataError`` when an ingest indexed no document and documents failed: each one it
+    tried failed (a model that does not load, say), which is no success to report."""
+    errors = [error for report in reports for error in report.errors]
+    if not errors or any(report.documents_indexed for report in reports):
+        return
+    where, why = errors[0]
+    kept = (
+        f"nothing was indexed into collection {name!r}"
+        if existed
+        else (f"collection {name!r} is not created")
+    )
+    raise DataError(
+        f"{where}: {why.splitlines()[0] if why else 'failed'}; every document to index "
+        f"failed ({len(errors)}), {kept}"
+    )
+
+
+@dataclass(frozen=True)
+class _Corpus(Iterable[Document]):
+    """A run's corpus and where it comes from (``origin``: ``run_origin``), so that its
+    documents and a folder's never replace each other unasked."""
+
+    documents: list[Document]
+    origin: str
+
+    def __iter__(self) -> Iterator[Document]:
+        return iter(self.documents)
 
 
 class _Ahead(Iterable[Document]):

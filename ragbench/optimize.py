@@ -11,7 +11,8 @@ that deploys it. The sweep's stages are cached like any run's, so a second call 
 A corpus of more than ``SAMPLE_CHARS`` characters is swept on a sample of its documents
 (``ragbench.data.sample``: stratified by folder, file type and size, seeded): labels are
 generated from the sample, or a labeled set's sweep keeps the documents its queries judge. The
-pick is deployed on every document (the printed deploy command indexes the whole folder).
+pick is deployed on every document: the printed deploy command indexes the folder as it is
+then (``Optimized.deploy_command``), not the copy of its documents generated labels hold.
 
 MiniLM runs on ONNX Runtime with int8 weights when ``onnxruntime`` is installed (about 2× torch's
 speed on a CPU at +0.0015 nDCG@10 on SciFact, benchmarks/RESULTS.md), else on torch; the run's
@@ -35,11 +36,12 @@ from ragbench.data.catalog import FORMATS, load_dataset
 from ragbench.data.generate import GenerationResult, IctMethod, corpus_documents, generate_from
 from ragbench.data.labeled import LabeledSet, corpus_fingerprint
 from ragbench.data.sample import Sampled, SampleSize, check_size, choose, documents_for
-from ragbench.errors import ConfigError, DataError
+from ragbench.errors import ConfigError, DataError, command_line
 from ragbench.experiment.config import load_config
 from ragbench.experiment.runner import RunResult, run
 from ragbench.index.cache import writable_cache_root
 from ragbench.owned import claim, owned, remove, seal
+from ragbench.report.pick import chosen_trial
 from ragbench.report.report import Report
 from ragbench.text.loaders import LoadProblem
 from ragbench.types import Document
@@ -79,8 +81,9 @@ DEFAULT_SWEEP: dict[str, Any] = {
 SAMPLE_CHARS = 3_000_000
 """optimize's default budget, in characters of text: a larger corpus is swept on a sample of
 about this many (``default_size``). Characters, not documents, because a sweep's time grows
-with the chunks it embeds; the figure is set from benchmarks/RESULTS.md, "Sweeps on a
-sample"."""
+with the chunks it embeds: at this budget a cold ``optimize`` of a 100,000-document folder
+takes minutes on 2 cores. ``benchmarks/bench_sample.py`` measures how faithfully samples rank
+the trials."""
 
 
 def default_size(documents: Sequence[Document]) -> int | None:
@@ -121,7 +124,8 @@ def default_config(
 @dataclass(frozen=True)
 class Optimized:
     """What ``optimize`` did: the labels (and whether they came from an earlier call, or
-    ``own``: the documents' own), the run, its report and the report's files."""
+    ``own``: the documents' own), the run, its report and the report's files, and the
+    documents ``docs`` (with the globs that selected their files) generated labels came from."""
 
     labels: Path
     labels_cached: bool
@@ -130,12 +134,24 @@ class Optimized:
     report: Report
     files: dict[str, Path]
     own: bool = False
+    docs: Path | None = None
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
 
     @property
     def queries(self) -> int:
         """Queries the sweep evaluated: those judged at the document level (a generated query
         whose context repeats most of its words is judged at the span levels only)."""
         return int(self.run.manifest["queries"]["count"])
+
+    @property
+    def own_queries(self) -> int:
+        """Queries of the documents' own labels, before a sample of the documents left some
+        out (``queries`` are those the sweep evaluated)."""
+        sample = self.sample
+        if sample is not None and sample.queries_of is not None:
+            return sample.queries_of
+        return int(self.run.manifest["queries"].get("of", self.queries))
 
     @property
     def sample(self) -> Sampled | None:
@@ -148,6 +164,30 @@ class Optimized:
         """Documents in the corpus (all of them, however many the sweep ran on)."""
         sample = self.sample
         return sample.of if sample is not None else int(self.run.manifest["dataset"]["documents"])
+
+    def deploy_command(self, collection: str = "default") -> str:
+        """The command that builds a searchable collection of the recommended trial over the
+        documents as they are when it runs. Generated labels hold a copy of the documents made
+        when they were generated, so the run's corpus goes stale as the folder is edited: the
+        command indexes the folder (``--source``, with the globs) with the trial's config
+        (``--config``). A trial with a fine-tuned model is deployed from the run, which holds
+        the model, plus the folder (an edited file is then refused, never served stale).
+        Labels of the documents' own are the run's corpus (``Report.deploy_command``: a run
+        whose set changed since is refused)."""
+        if self.own or self.docs is None:
+            return self.report.deploy_command(collection)
+        pick = self.report.recommendation().best
+        trial = chosen_trial(self.run.path, pick)
+        words: dict[str, object] = {
+            "source": self.docs.resolve(),
+            "include": [*self.include],
+            "exclude": [*self.exclude],
+        }
+        if any(getattr(c, "finetune", None) for c in trial.configs.values()):
+            words = {"from_run": self.run.path, "trial": pick, **words}
+        else:
+            words["config"] = json.dumps(trial.effective(), separators=(",", ":"))
+        return command_line("ragbench ingest", **words, collection=collection)
 
     @property
     def generated(self) -> int:
@@ -299,7 +339,19 @@ def optimize(
     )
     report = Report.from_run(result.path)
     files = report.write(("html", "md"))
-    return Optimized(labels, cached, generation, result, report, files, own is not None)
+    if own is not None:
+        return Optimized(labels, cached, generation, result, report, files, own=True)
+    return Optimized(
+        labels,
+        cached,
+        generation,
+        result,
+        report,
+        files,
+        docs=source,
+        include=tuple(include),
+        exclude=tuple(exclude),
+    )
 
 
 def _generated(

@@ -4,9 +4,10 @@ its own outputs as input.
 
 A folder ragbench makes — a run directory, a report folder, a generated labeled set, a
 collection, a downloaded set — holds a marker file, ``MARKER``: a JSON object that says ragbench
-made it and ``what`` it holds (a file of that name with anything else in it is the user's).
-``claim`` takes a folder for writing: a new or empty one is marked, one marked for the same use
-is ours already, and any other is refused with one line naming the flag that gave it. ``seal``
+made it and ``what`` it holds, and ``of`` what, when that matters (a report folder: the run it
+reports); a file of that name with anything else in it is the user's. ``claim`` takes a folder
+for writing: a new or empty one is marked, one marked for the same use (of the same thing) is
+ours already, and any other is refused with one line naming the flag that gave it. ``seal``
 records the size and SHA-256 of each file ragbench wrote into a folder; ``remove`` deletes a
 folder only when it is ours and sealed and every file in it is as ragbench wrote it (a set
 judged or edited by hand stays), and ``added`` names the files a person put into it.
@@ -48,9 +49,6 @@ MARKER = ".ragbench"
 """The file that says ragbench made the folder it is in (JSON: what the folder holds, and once
 sealed the size and SHA-256 of each file ragbench wrote)."""
 
-SHARED = (frozenset({"report", "comparison"}),)
-"""Uses that may share one folder: a run's report and its comparison (``reports/<run-name>``)."""
-
 StrPath = str | os.PathLike[str]
 
 # the names of this process's own open streams: output the shell opened for the command
@@ -71,24 +69,20 @@ def marker(folder: StrPath) -> dict[str, Any] | None:
     return record if ours and isinstance(record.get("what"), str) else None
 
 
-def _same_use(made_for: str, what: str) -> bool:
-    """Whether a folder made for ``made_for`` may take ``what`` (the same use, or ``SHARED``)."""
-    return made_for == what or any({made_for, what} <= uses for uses in SHARED)
-
-
 def owned(folder: StrPath, what: str | None = None) -> bool:
     """Whether ragbench made ``folder`` (it holds ragbench's marker) — for ``what``, if given."""
     record = marker(folder)
-    return record is not None and (what is None or _same_use(record["what"], what))
+    return record is not None and (what is None or record["what"] == what)
 
 
 def _write(folder: Path, record: dict[str, Any]) -> None:
     (folder / MARKER).write_text(json.dumps({"made_by": "ragbench", **record}), "utf-8")
 
 
-def mark(folder: StrPath, what: str) -> None:
-    """Mark ``folder`` (which exists) as made by ragbench; ``what`` says what it holds."""
-    _write(Path(folder), {"what": what})
+def mark(folder: StrPath, what: str, of: str | None = None) -> None:
+    """Mark ``folder`` (which exists) as made by ragbench; ``what`` says what it holds, and
+    ``of`` (when given) of what: the run a report folder reports."""
+    _write(Path(folder), {"what": what} if of is None else {"what": what, "of": of})
 
 
 def _entries(folder: Path) -> dict[str, Path]:
@@ -187,12 +181,15 @@ def claim(
     flag: str,
     what: str,
     earlier: Callable[[Path], bool] | None = None,
+    of: str | None = None,
 ) -> Path:
-    """``folder``, made (with its parents) or taken for writing ``what``: a new or empty folder
-    is marked, one ragbench marked for the same use (``SHARED``) is ours already, and one for
+    """``folder``, made (with its parents) or taken for writing ``what`` (of ``of``, when given:
+    the run a report reports): a new or empty folder is marked, one ragbench marked for the
+    same use is ours already (unless its marker names another ``of``), and one for
     which ``earlier`` says an older ragbench made it (a run directory by its manifest) is marked
     now. Any other folder — the user's, or one ragbench made for another use (a collection is no
-    run directory) — is refused: ``ConfigError`` naming ``flag``, and nothing is written."""
+    run directory, a comparison no report), or the ``what`` of another ``of`` — is refused:
+    ``ConfigError`` naming ``flag``, and nothing is written."""
     path = Path(folder)
     problem = path_problem(path)
     if problem is not None:
@@ -200,18 +197,23 @@ def claim(
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{flag} {path}: is a file, not a folder")
     record = marker(path)
-    if record is not None:
-        if _same_use(record["what"], what):
-            return path
+    if record is not None and record["what"] != what:
         raise ConfigError(
             f"{flag} {path}: a folder ragbench made for another use ({record['what']}); give a "
             f"new or empty folder for the {what}"
         )
-    try:
+    if record is not None and of is not None and record.get("of") not in (None, of):
+        raise ConfigError(
+            f"{flag} {path}: holds the {what} of {record['of']}; give {flag} a new or empty "
+            f"folder for the {what} of {of}"
+        )
+    if record is not None and (of is None or record.get("of") == of):
+        return path
+    try:  # a new or empty folder, or ours from before its marker said what it holds of
         path.mkdir(parents=True, exist_ok=True)
         entries = sorted(entry.name for entry in path.iterdir())
-        users_marker = MARKER in entries  # a file of the user's with the marker's name
-        if entries and (users_marker or not (earlier is not None and earlier(path))):
+        # a marker file in a folder without ours is the user's
+        if record is None and entries and (MARKER in entries or not (earlier and earlier(path))):
             shown = ", ".join(entries[:3]) + (
                 f" and {len(entries) - 3} more" if entries[3:] else ""
             )
@@ -219,7 +221,7 @@ def claim(
                 f"{flag} {path}: holds files ragbench did not write ({shown}); give a new or "
                 f"empty folder for the {what}"
             )
-        mark(path, what)
+        mark(path, what, of)
     except OSError as exc:
         raise ConfigError(f"{flag} {path}: cannot write there ({describe(exc, path)})") from None
     return path

@@ -21,12 +21,13 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
+import logging
 import os
 import secrets
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,7 @@ from ragbench.errors import ConfigError, DataError
 from ragbench.experiment.config import Trial, load_config, trial_of
 from ragbench.experiment.store import RunStore, read_json, write_failure
 from ragbench.experiment.trial import RunSpec, context
-from ragbench.index.cache import StageCache, default_cache_root
+from ragbench.index.cache import EmbeddingCache, StageCache, default_cache_root
 from ragbench.index.finetune import TunedModel
 from ragbench.llm.cache import LLMCache
 from ragbench.owned import claim, mark, owned
@@ -61,6 +62,7 @@ from ragbench.retrieve.snapshot import (
     load_snapshot,
     prune,
     shard_stages,
+    snapshot_stages,
     write_shard,
     write_snapshot,
 )
@@ -77,13 +79,16 @@ __all__ = [
     "collection_lock",
     "collection_version",
     "pipeline_trial",
+    "run_origin",
 ]
 
 _BATCH_DOCS = 64
 _CHUNKS = "chunks"  # the plan's stage of the trial's own chunking
 CONFIG = "pipeline.json"  # a collection's trial and settings
 SNAPSHOT = "snapshot"  # the store's record of the last batch the written-out indexes include
+BUILT_WITH = "trial"  # the store's record of the trial the written-out indexes were built with
 SNAPSHOT_SECONDS = 600.0  # how often a long ingest writes its indexes out
+logger = logging.getLogger(__name__)
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "chunker": {"kind": "recursive", "size": 800, "overlap": 100},
     "retriever": {"kind": "hybrid", "store": {"kind": "hnsw"}, "depth": 50},
@@ -100,7 +105,7 @@ def collection_lock(
     error and a reader goes on without the lock: no writer can be saving there either. When
     another process holds it (an ingest), ``waiting`` is told so before the wait."""
     target = Path(path)
-    lock = FileLock(target.with_name(f".{target.name}.lock"), is_singleton=True)
+    lock = _lock(target)
     held = False
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -122,6 +127,12 @@ def collection_lock(
     finally:
         if held:
             lock.release()
+
+
+def _lock(target: Path) -> FileLock:
+    """The inter-process lock of the collection at ``target`` (one object per process, so a
+    thread holding it sees it held: ``is_locked``)."""
+    return FileLock(target.with_name(f".{target.name}.lock"), is_singleton=True)
 
 
 def pipeline_trial(spec: Mapping[str, Any] | Trial | None = None) -> Trial:
@@ -422,35 +433,33 @@ class RAGPipeline:
         anything changes. A document whose id was indexed from another source (the folder,
         file or URL a loader reads: ``origin``) is a ``DataError`` unless ``replace``: two
         folders holding ``README.md`` never overwrite each other silently (the batches indexed
-        before it stay indexed). Given a loader's folder or file again, documents indexed from
-        it that it no longer gives are removed. In a collection on disk each batch commits as
-        it is done (a killed ingest keeps every finished batch; the same call again goes on
-        where it stopped), and its indexes are written out every few minutes and at the end."""
+        before it stay indexed; documents another source gave unchanged go over to this one
+        only when the whole ingest succeeds); a file and the folder holding it are one source,
+        and a run's corpus (``run_origin``) and a folder clash only where a document's text
+        differs. A folder holding a source indexed already under other ids (``_check_contained``)
+        is a ``DataError`` before anything changes.
+        Given a loader's folder or file again, documents indexed from it that it no longer
+        gives are removed. In a collection on disk each batch commits as it is done (a killed
+        ingest keeps every finished batch; the same call again goes on where it stopped), and
+        its indexes are written out every few minutes and at the end."""
         started = time.perf_counter()
         report = IndexReport()
         where = origin(source)
+        self._check_contained(where)
         with telemetry.span("ingest", label=self._label) as span, self._store.seen() as seen:
             batch: list[Document] = []
+            adopted: list[str] = []
             for doc in source:
                 report.documents_loaded += 1
                 seen(doc.id)
                 known = self._store.document(doc.id)
-                if (
-                    known is not None
-                    and known.origin
-                    and where
-                    and known.origin != where
-                    and not replace
-                ):
-                    raise DataError(
-                        f"{doc.source or where}: document id {doc.id!r} is in the collection "
-                        f"already, indexed from {known.origin}; ingest the folders' common "
-                        "parent (ids then start with each folder's name), or into another "
-                        "collection, or replace it (replace=True / --replace)"
-                    )
-                if known is not None and known.hash == doc.hash:
-                    if where and not known.origin:  # a run's document, now from its folder
-                        self._store.adopt(doc.id, where)
+                same_text = known is not None and known.hash == doc.hash
+                claim = "same" if known is None else _claim(known.origin, where, doc, same_text)
+                if claim == "clash" and not replace:
+                    raise _clash(known.origin if known else "", where, doc)
+                if same_text:
+                    if claim != "same":  # the new source takes it over if the ingest succeeds
+                        adopted.append(doc.id)
                     report.documents_unchanged += 1
                     continue
                 batch.append(doc)
@@ -463,6 +472,10 @@ class RAGPipeline:
             if not report.documents_loaded and loaded.passed_over:  # skipped, or left out
                 raise DataError(loaded.nothing_loaded(getattr(source, "path", where)))
             self._index_batch(batch, report, where, progress)
+            if adopted:
+                with self._store.batch():
+                    for doc_id in adopted:
+                        self._store.adopt(doc_id, where)
             if where:
                 for doc_id in self._store.unseen(where):
                     report.chunks_removed += self.delete_document(doc_id)
@@ -472,6 +485,20 @@ class RAGPipeline:
         self._snapshot(force=True)
         report.duration_s = time.perf_counter() - started
         return report
+
+    def _check_contained(self, where: str) -> None:
+        """``DataError`` when the folder ``where`` holds a folder or file indexed already
+        (not a file right in it, whose id is its name): its documents, read again from
+        ``where`` under ids that start with their folder's name, would be indexed twice."""
+        if not os.path.isdir(where):
+            return
+        for known in self._store.origins():
+            if _inside(known, where) and (os.path.isdir(known) or os.path.dirname(known) != where):
+                raise DataError(
+                    f"{where}: holds {known}, whose documents are in the collection already "
+                    f"under other ids (ingesting the folder would index them twice); ingest "
+                    f"{where} into a new collection"
+                )
 
     def update(self, document: Document) -> IndexReport:
         """Re-index one document (its old chunks are replaced only if the new ones embed)."""
@@ -680,28 +707,43 @@ class RAGPipeline:
         if not force and time.monotonic() - self._snapshot_at < SNAPSHOT_SECONDS:
             return
         last = self._store.last_batch()
-        if int(self._store.get(SNAPSHOT, "-1") or -1) != last:
-            try:
-                write_snapshot(self._root, self.plan(1), self._live.live_values(), last)
-            except OSError as exc:
-                what = (
-                    f"writing the indexes of collection {self._root.name!r}; its documents "
-                    "are committed and opening it rebuilds the indexes from them"
-                )
-                raise write_failure(self._root.parent, what, exc) from None
-            with self._store.batch():
-                self._store.set(SNAPSHOT, str(last))
+        if _snapshot_of(self._store) != last:
+            self._write_out(self._root, last)
+        elif force:  # what a killed ingest left behind goes too
             prune(self._root, last)
         if force:
             self._store.checkpoint()
         self._snapshot_at = time.monotonic()
+
+    def _write_out(self, root: Path, last: int) -> None:
+        """Write the indexes out as the snapshot of the batches up to ``last``, record it and
+        the trial they were built with (``BUILT_WITH``), and remove what it replaces."""
+        try:
+            write_snapshot(root, self.plan(1), self._live.live_values(), last)
+        except OSError as exc:
+            what = (
+                f"writing the indexes of collection {root.name!r}; its documents "
+                "are committed and opening it rebuilds the indexes from them"
+            )
+            raise write_failure(root.parent, what, exc) from None
+        with self._store.batch():
+            self._store.set(SNAPSHOT, str(last))
+            self._store.set(BUILT_WITH, json.dumps(self.trial.effective(), sort_keys=True))
+        prune(root, last)
 
     @classmethod
     def open(cls, path: Path | str) -> RAGPipeline:
         """Reopen a collection: its indexes as last written out, brought up to date with the
         batches committed since (an ingest still running, or one that was killed, leaves them
         behind), its documents and chunks read from disk as they are asked for. A reader
-        never waits for a writer: it sees the batches committed when it opens."""
+        never waits for a writer: it sees the batches committed when it opens.
+
+        Opening checks, cheaply, that the parts agree: the store has its tables, the snapshot
+        it names exists with a folder for every index over its chunks, the indexes were built
+        with the configuration ``pipeline.json`` holds, and each holds as many chunks as the
+        store; damage is one ``DataError`` naming the part. A writer holding the collection's
+        lock (an ingest) rebuilds damaged or missing indexes from a whole store instead, its
+        vectors through the embedding cache, and writes them out."""
         root = Path(path)
         if not (root / CONFIG).is_file():
             raise DataError(f"{root}: not a ragbench collection (no {CONFIG})")
@@ -725,12 +767,28 @@ class RAGPipeline:
         store = ChunkStore(root)
         pipeline = cls(trial, score_threshold=config["score_threshold"], store=store, root=root)
         plan = pipeline.plan(1)
-        snapshot = int(store.get(SNAPSHOT, "-1") or -1)
-        values = {**pipeline._chunk_sets(), **load_snapshot(root, plan, snapshot)}
+        _check_built_with(file, pipeline, store)
+        snapshot, rebuilt = _snapshot_of(store), False
+        try:
+            found = load_snapshot(root, plan, snapshot, _required(store, plan, snapshot))
+        except DataError as damage:
+            if store.last_batch() < 0:
+                raise
+            if not _lock(root).is_locked:  # a reader: only a writer may write them out
+                again = f"ingesting its source again rebuilds them from {STORE_FILE}"
+                raise DataError(f"{damage}; {again}") from None
+            logger.warning("%s; rebuilding the collection's indexes from %s", damage, store.path)
+            if pipeline.env.embeddings is None:  # vectors embedded before are not embedded again
+                pipeline.env.embeddings = EmbeddingCache(default_cache_root())
+            found, snapshot, rebuilt = {}, -1, True
+        values = {**pipeline._chunk_sets(), **found}
         corpus = list(store.corpus())
         pipeline._live = LiveExecution(plan, pipeline.env, values, corpus)
         for number, removed in store.batches(after=snapshot):
             pipeline._live.replay(pipeline._batch_values(number), removed)
+        _check_counts(store, plan, pipeline._live.live_values())
+        if rebuilt:
+            pipeline._write_out(root, store.last_batch())
         return pipeline
 
     def _batch_values(self, number: int) -> dict[str, Any]:
@@ -744,6 +802,8 @@ class RAGPipeline:
         }
         for stage in shard_stages(plan):
             found = load_shard(self._root, stage, number) if self._root is not None else None
+            if found is not None and len(found) != len(values[stage.inputs[0]]):
+                found = None  # a later batch removed some of its chunks
             values[stage.name] = (
                 self._live.batch_value(stage.name, values) if found is None else found
             )
@@ -773,6 +833,92 @@ def _first_stage(execution: Execution) -> tuple[dict[str, Ranking], dict[str, st
     return found, scales
 
 
+def _snapshot_of(store: ChunkStore) -> int:
+    """The last batch the written-out indexes include (-1: none yet), as the store records."""
+    found = store.get(SNAPSHOT, "-1")
+    try:
+        return int(found or "-1")
+    except ValueError:
+        raise DataError(
+            f"{store.path}: meta {SNAPSHOT!r} is {found!r}, expected a batch number"
+        ) from None
+
+
+def _upstream(plan: Plan, name: str) -> set[str]:
+    """The stages ``name`` is computed from, directly or not."""
+    found: set[str] = set()
+    todo = list(plan.stages[name].inputs)
+    while todo:
+        at = todo.pop()
+        if at in plan.stages and at not in found:
+            found.add(at)
+            todo += plan.stages[at].inputs
+    return found
+
+
+def _required(store: ChunkStore, plan: Plan, snapshot: int) -> set[str]:
+    """The snapshot stages the snapshot of batch ``snapshot`` must hold a folder for: those
+    over a chunking the store holds chunks of from those batches (a stage over no chunk yet
+    was saved as nothing)."""
+    chunked = {
+        s.name
+        for s in plan.index_stages()
+        if s.update == "append" and store.has_chunks(s.name, snapshot)
+    }
+    return {s.name for s in snapshot_stages(plan) if _upstream(plan, s.name) & chunked}
+
+
+def _check_counts(store: ChunkStore, plan: Plan, values: Mapping[str, Any]) -> None:
+    """Each index holds as many chunks as the store holds of its chunking (one ``COUNT`` per
+    chunking): rows deleted from the store, or an index of other rows, is a ``DataError``."""
+    counts: dict[str, int] = {}
+    for stage in plan.index_stages():
+        chunkings = [
+            i for i in stage.inputs if i in plan.stages and plan.stages[i].update == "append"
+        ]
+        value = values.get(stage.name)
+        if stage.update != "extend" or len(chunkings) != 1:
+            continue
+        if value is not None and not isinstance(value, Sized):
+            continue
+        held = 0 if value is None else len(value)
+        chunking = chunkings[0]
+        if chunking not in counts:
+            counts[chunking] = store.count_chunks(chunking)
+        if held != counts[chunking]:
+            raise DataError(
+                f"{store.path}: {counts[chunking]} chunks, and the collection's index "
+                f"{stage.name!r} holds {held}: the store or the index was changed by "
+                "something other than ragbench; ingest its source into a new collection"
+            )
+
+
+def _check_built_with(file: Path, pipeline: RAGPipeline, store: ChunkStore) -> None:
+    """The configuration ``file`` holds builds the indexes the store records them built
+    with (``BUILT_WITH``): a ``pipeline.json`` edited since to another embedder, chunker,
+    ... is a ``DataError`` naming it (query-time changes are fine)."""
+    recorded = store.get(BUILT_WITH)
+    if recorded is None:  # written out by an older version, or not yet
+        return
+    try:
+        effective = json.loads(recorded)
+        built = pipeline_trial(effective)
+    except (ValueError, TypeError, ConfigError):
+        raise DataError(f"{store.path}: meta {BUILT_WITH!r} is not a configuration") from None
+    if effective == pipeline.trial.effective():
+        return
+
+    def keys(plan: Plan) -> dict[str, str]:
+        return {s.name: s.key for s in plan.index_stages() if s.update != "derive"}
+
+    if keys(compile_plan(built.configs, 1)) != keys(pipeline.plan(1)):
+        raise DataError(
+            f"{file}: the configuration no longer matches the collection's indexes (they "
+            f"were built with {built.label}, the file says {pipeline.trial.label}); put "
+            "that configuration back, or ingest the source into a new collection"
+        )
+
+
 def collection_version(path: Path | str) -> tuple[int, int] | None:
     """What changes when a collection at ``path`` is worth opening again: its folder (a save
     swaps in a new one) and its last written-out indexes (an ingest writes them every few
@@ -788,9 +934,72 @@ def collection_version(path: Path | str) -> tuple[int, int] | None:
 
 def origin(source: Iterable[Document]) -> str:
     """Where a loader reads its documents from — the real path of its folder or file, or its
-    URL — or "" for documents from elsewhere (made in code, a run's labeled set)."""
+    URL — or the ``origin`` a source names itself (a run's corpus: ``run_origin``), or ""
+    for documents from elsewhere (made in code)."""
+    named = getattr(source, "origin", None)
+    if isinstance(named, str):
+        return named
     url = getattr(source, "url", None)
     if isinstance(url, str):
         return url
     path = getattr(source, "path", None)
     return os.path.realpath(path) if isinstance(path, Path) else ""
+
+
+def run_origin(run: str | Path) -> str:
+    """The origin of a run's corpus deployed into a collection: ``run:`` and the run folder's
+    real path, so that its documents and a folder's never replace each other unasked."""
+    return _RUN + os.path.realpath(run)
+
+
+_RUN = "run:"
+
+
+def _claim(
+    known: str, where: str, doc: Document, same_text: bool
+) -> Literal["same", "adopt", "clash"]:
+    """How ``doc`` read from ``where`` relates to the document of its id indexed from
+    ``known``: ``same`` (the same source, or either unknown), ``adopt`` (the same document,
+    now from ``where``: a file's folder, or the folder of a run's unchanged corpus file)
+    or ``clash`` (another source's document of the same id)."""
+    if not where or known == where:
+        return "same"
+    if not known:  # indexed from no known source (an older ragbench's run corpus)
+        return "adopt"
+    if _same_file(known, where, doc):  # a file, and the folder holding it
+        return "adopt" if os.path.isdir(where) else "same"
+    if same_text and _RUN in (known[: len(_RUN)], where[: len(_RUN)]):
+        return "adopt" if known.startswith(_RUN) else "same"
+    return "clash"
+
+
+def _inside(known: str, where: str) -> bool:
+    """Whether the origin ``known`` is a path under the folder ``where`` (not ``where``)."""
+    if "://" in known or known.startswith(_RUN) or not os.path.isabs(known) or known == where:
+        return False
+    return os.path.commonpath([known, where]) == where
+
+
+def _same_file(known: str, where: str, doc: Document) -> bool:
+    """Whether the document of ``doc``'s id indexed from the folder or file ``known`` and
+    ``doc`` read from ``where`` are one file (the same real path) reached two ways."""
+    if any("://" in o or o.startswith(_RUN) for o in (known, where)):
+        return False
+    before = known if os.path.isfile(known) else os.path.join(known, doc.id)
+    now = doc.source or os.path.join(where, doc.id)
+    return os.path.realpath(before) == os.path.realpath(now)
+
+
+def _clash(known: str, where: str, doc: Document) -> DataError:
+    """The refusal of ``doc`` read from ``where``, its id indexed from ``known`` already,
+    with the ways out that apply (a common parent only when it is neither origin)."""
+    ways = ["ingest into another collection", "replace it (replace=True / --replace)"]
+    if not any("://" in o or o.startswith(_RUN) for o in (known, where)):
+        parent = os.path.commonpath([known, where])
+        if parent not in (known, where) and os.path.isdir(parent):
+            parents = f"ingest the folders' common parent {parent} into a new collection (ids "
+            ways[0] = parents + "then start with each folder's name)"
+    return DataError(
+        f"{doc.source or where}: document id {doc.id!r} is in the collection already, "
+        f"indexed from {known}; {', or '.join(ways)}"
+    )

@@ -329,6 +329,20 @@ def _rows(sql: str, name: str) -> Callable[[Path], None]:
     return edit
 
 
+def _named(name: str, damage: Callable[[Path], None]) -> Callable[[Path], None]:
+    damage.__name__ = name
+    return damage
+
+
+def _removed(path: Path) -> None:
+    shutil.rmtree(path)
+
+
+def _dim_32(config: dict) -> None:
+    config["trial"]["embedder"]["dim"] = 32
+
+
+_POINTER_99 = "UPDATE meta SET value = '99' WHERE key = 'snapshot'"
 _INDEX = "snapshots/0/dense_index/index/index.bin"
 COLLECTIONS = [
     _searching("pipeline.json", _noise, "c/pipeline.json: not a readable"),
@@ -350,6 +364,38 @@ COLLECTIONS = [
         "store.sqlite",
         _rows("UPDATE documents SET metadata = '[1]'", "document metadata"),
         "c/store.sqlite: the metadata of",
+    ),
+]
+# parts of a collection gone or out of step with each other: never searched as an empty one
+_REBUILDS = "; ingesting its source again rebuilds them from store.sqlite"
+_NOT_SAVED = ": missing: the collection's store says its indexes were saved there" + _REBUILDS
+COLLECTIONS += [
+    _searching("snapshots", _removed, "c/snapshots/0" + _NOT_SAVED),
+    _searching(
+        "snapshots/0/dense_index",
+        _removed,
+        "c/snapshots/0/dense_index: missing: the collection's index 'dense_index' was saved",
+    ),
+    _searching("store.sqlite", _rows(_POINTER_99, "pointer"), "c/snapshots/99" + _NOT_SAVED),
+    _searching(
+        "store.sqlite",
+        _rows("DROP TABLE chunks", "no chunks table"),
+        "c/store.sqlite: no table chunks (the collection's store was emptied or damaged); "
+        "ingest its source into a new collection",
+    ),
+    _searching(
+        "store.sqlite", _named("emptied", _text("")), "c/store.sqlite: no table documents, "
+    ),
+    _searching(
+        "store.sqlite",
+        _rows("DELETE FROM chunks WHERE rowid % 2 = 0", "rows deleted"),
+        "chunks, and the collection's index 'dense_index' holds ",
+    ),
+    _searching(
+        "pipeline.json",
+        _named("dim", _edited(_dim_32)),
+        "c/pipeline.json: the configuration no longer matches the collection's indexes (they "
+        "were built with hybrid | recursive(size=800, overlap=100) | hashing(dim=64)",
     ),
 ]
 
@@ -759,6 +805,110 @@ def test_serve_on_a_damaged_collection_is_one_line_naming_the_file(work: Path) -
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"ragbench serve: {db / 'c' / 'store.sqlite'}: ")
+
+
+def _top(db: Path) -> list[list[str]]:
+    """The top 10 chunk ids of a few queries in the collection ``c`` of ``db``."""
+    from ragbench.pipeline import RAGPipeline
+
+    queries = ["segments", "compaction of the log", "retention policy"]
+    return RAGPipeline.open(db / "c").search(queries, 10).ranking.ids.tolist()
+
+
+@pytest.mark.parametrize(
+    ("file", "damage"),
+    [
+        ("snapshots", _removed),
+        ("snapshots/0/bm25_index", _removed),
+        ("store.sqlite", _rows(_POINTER_99, "pointer")),
+    ],
+)
+def test_an_ingest_rebuilds_indexes_gone_from_a_whole_store(
+    work: Path,
+    file: str,
+    damage: Callable[[Path], None],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The same source ingested again into a collection whose saved indexes are gone (the
+    store whole) rebuilds them from the store: the searches the undamaged collection gives."""
+    monkeypatch.setenv("RAGBENCH_CACHE", str(work / "cache"))
+    db = _damaged_collection(work, f"rebuilt {file} {damage.__name__}", file, damage)
+    source = str(DEMO / "corpus" / "concepts")
+    argv = ["ingest", "--source", source, "--db", str(db), "--collection", "c"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "indexed 0, unchanged" in out and " 0 chunks" not in out, out
+    assert _top(db) == _top(_collection(work).parent)
+    assert sorted(p.name for p in (db / "c" / "snapshots").iterdir()) == ["0"]
+
+
+def test_an_ingest_refuses_a_store_that_lost_rows(
+    work: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = _rows("DELETE FROM chunks WHERE rowid % 2 = 0", "rows")
+    db = _damaged_collection(work, "ingest rows deleted", "store.sqlite", rows)
+    source = str(DEMO / "corpus" / "concepts")
+    case = cli(
+        "ingest rows deleted",
+        lambda w: ["ingest", "--source", source, "--db", str(db), "--collection", "c"],
+        "ingest its source into a new collection",
+    )
+    check(case, work, capsys, monkeypatch)
+
+
+def test_a_snapshot_prunes_what_a_killed_ingest_left(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shards a snapshot includes, temporary folders and a snapshot never recorded (a kill
+    during the snapshot step) go with the next ingest, even one that indexes nothing."""
+    monkeypatch.setenv("RAGBENCH_CACHE", str(work / "cache"))
+    db = _damaged_collection(work, "killed", "batches", lambda path: None)
+    left = ["batches/0/doc_vectors", "batches/.tmp-1-99", "snapshots/.tmp-0-99", "snapshots/7"]
+    for folder in left:
+        (db / "c" / folder).mkdir(parents=True)
+    source = str(DEMO / "corpus" / "concepts")
+    assert main(["ingest", "--source", source, "--db", str(db), "--collection", "c"]) == 0
+    assert [f for f in left if (db / "c" / f).exists()] == []
+    assert sorted(p.name for p in (db / "c" / "snapshots").iterdir()) == ["0"]
+    assert _top(db) == _top(_collection(work).parent)
+
+
+def test_a_reader_replays_a_batch_whose_chunks_a_later_batch_replaced(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's shard holds the vectors of every chunk it added; when a later batch replaced
+    some of them, opening computes that batch's vectors again instead of misaligning them."""
+    from ragbench import pipeline as module
+    from ragbench.pipeline import RAGPipeline, pipeline_trial
+    from ragbench.types import Document
+
+    monkeypatch.setattr(module, "prune", lambda root, snapshot: None)  # the shards stay
+    root = work / "replay" / "c"
+    made = RAGPipeline.create(pipeline_trial(_COLLECTION), root)
+    docs = [Document(f"d{i}.md", f"Segments roll over {i}. " * 60) for i in range(3)]
+    made.index(docs)
+    made.index([Document("d0.md", "Compaction keeps the last value of each key. " * 40)])
+    with sqlite3.connect(root / "store.sqlite") as db:  # as if killed before any snapshot
+        db.execute("DELETE FROM meta")
+    shutil.rmtree(root / "snapshots")
+    opened = RAGPipeline.open(root).search(["compaction", "segments"], 5).ranking.ids
+    assert opened.tolist() == made.search(["compaction", "segments"], 5).ranking.ids.tolist()
+
+
+def test_serve_says_a_collection_whose_indexes_went_is_stale(work: Path) -> None:
+    import httpx
+
+    from ragbench.api import SearchServer
+    from ragbench.pipeline import RAGPipeline
+
+    db = _damaged_collection(work, "serve snapshots", "batches", lambda path: None)
+    server = SearchServer(RAGPipeline.open(db / "c"), "c", "127.0.0.1", 0, path=db / "c")
+    with server.background():
+        shutil.rmtree(db / "c" / "snapshots")
+        found = httpx.get(f"{server.url}/health", timeout=10, trust_env=False).json()
+    assert found["status"] == "stale" and found["chunks"] > 0, found
+    assert f"{db / 'c' / 'snapshots' / '0'}: missing: " in found["stale"]
 
 
 # ---------------------------------------------------------------- a run folder being written

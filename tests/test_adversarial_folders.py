@@ -296,7 +296,7 @@ def test_a_folder_ragbench_made_for_one_use_is_refused_for_another(
 ) -> None:
     """A collection is never taken as a run directory, report or optimize folder, nor a run
     directory as another run's report folder; a report may go into its own run directory,
-    and a report and a comparison share ``reports/<run-name>``."""
+    and a comparison by default beside the report in ``reports/<run-name>-2``."""
     monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
     docs = tmp_path / "docs"
@@ -346,7 +346,8 @@ def test_a_folder_ragbench_made_for_one_use_is_refused_for_another(
     assert (runs[0] / "report.md").is_file()
     assert main(["report", str(runs[0]), "--format", "md"]) == 0
     assert main(["compare", str(runs[0])]) == 0
-    assert {"report.md", "compare.md"} <= {p.name for p in (tmp_path / "reports" / "a").iterdir()}
+    assert (tmp_path / "reports" / "a" / "report.md").is_file()
+    assert (tmp_path / "reports" / "a-2" / "compare.md").is_file()
 
 
 def test_export_replaces_no_file_but_its_own_output(
@@ -663,3 +664,54 @@ def test_download_replaces_only_a_download_and_keeps_what_was_added(
     (fresh / "scifact" / "queries.jsonl").write_text("damaged")  # the download's own file
     assert main([*download, "--dir", str(fresh), "--force"]) == 0
     assert (fresh / "scifact" / "queries.jsonl").read_text() == '{"_id": "q1", "text": "alpha"}\n'
+
+
+def test_a_report_folder_keeps_the_report_of_its_own_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report of a run whose folder has another run's name goes to ``reports/<name>-2``
+    (said), not over the other's; ``--out`` naming another run's report folder is refused,
+    and report and comparison folders are not taken for each other."""
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    config = _yaml(tmp_path, "r", _config(name="r"))
+    runs = [tmp_path / "runs" / "a", tmp_path / "other" / "a"]
+    for run_dir in runs:
+        argv = ["run", config, "--out", str(run_dir), "--limit-queries", "3", "--no-report"]
+        assert main(argv) == 0
+    first, second = Path("reports/a"), Path("reports/a-2")
+    assert main(["report", str(runs[0]), "--format", "md"]) == 0
+    before = _snapshot(first)
+    capsys.readouterr()
+    assert main(["report", str(runs[1]), "--format", "md"]) == 0
+    out, err = capsys.readouterr()
+    assert f"note: {first} holds another run's output; this report goes to {second}" in err
+    assert _snapshot(first) == before and f"md     {second / 'report.md'}" in out
+    assert main(["report", str(runs[0]), "--format", "md"]) == 0  # its own folder again
+    assert capsys.readouterr().out.strip().endswith(str(first / "report.md"))
+    refused = [
+        (
+            ["report", str(runs[0]), "--out", str(second)],
+            f"--out {second}: holds the report of {os.path.realpath(runs[1])}; give --out a "
+            f"new or empty folder for the report of {os.path.realpath(runs[0])}",
+        ),
+        (
+            ["compare", str(runs[0]), "--out", str(first)],
+            f"--out {first}: a folder ragbench made for another use (report); give a new or "
+            "empty folder for the comparison",
+        ),
+    ]
+    assert main(["compare", str(runs[0]), "--out", "cmp"]) == 0
+    refused.append(
+        (
+            ["report", str(runs[0]), "--out", "cmp"],
+            "--out cmp: a folder ragbench made for another use (comparison); give a new or "
+            "empty folder for the report",
+        )
+    )
+    kept = {folder: _snapshot(Path(folder)) for folder in (first, second, "cmp")}
+    for argv, message in refused:
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        assert _said(capsys.readouterr().err.strip()) == message
+    assert {folder: _snapshot(Path(folder)) for folder in kept} == kept

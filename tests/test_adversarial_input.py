@@ -157,10 +157,24 @@ def _fifo(work: Path) -> str:
     return str(path)
 
 
-def _collection(work: Path) -> str:
+def _terse(work: Path) -> str:
+    """A folder of two documents with no sentence long enough to be a generated query."""
+    root = work / "terse"
+    root.mkdir(exist_ok=True)
+    (root / "README.md").write_text("# Team A\n", "utf-8")
+    (root / "a.md").write_text("Notes.\n", "utf-8")
+    return str(root)
+
+
+def _generated_finetune(out: Path, *extra: str, source: Path = CONCEPTS) -> list[str]:
+    """``finetune SOURCE --pairs generated --out OUT`` and ``extra`` arguments."""
+    return ["finetune", str(source), "--pairs", "generated", "--out", str(out), *extra]
+
+
+def _collection(work: Path, db: str = "db") -> str:
     """A BM25 collection of the concept pages in ``work/db``, made once; its name."""
-    if not (work / "db" / "c").is_dir():
-        argv = ["ingest", "--source", str(CONCEPTS), "--db", str(work / "db"), "--collection", "c"]
+    if not (work / db / "c").is_dir():
+        argv = ["ingest", "--source", str(CONCEPTS), "--db", str(work / db), "--collection", "c"]
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             assert main([*argv, "--config", BM25]) == 0  # said apart from the case's own lines
     return "c"
@@ -257,6 +271,34 @@ CASES = [
         "--model nobody-here/no-such-model: no such model (not a local path, not cached, and "
         "the hub is not reachable offline)",
         absent="m2",
+    ),
+    cli(
+        "finetune --model a collection folder",
+        lambda w: _generated_finetune(w / "m4", "--model", str(w / "fdb" / _collection(w, "fdb"))),
+        "fdb/c: not a sentence-transformers model folder (no config.json with a model_type)",
+        absent="m4",
+    ),
+    cli(
+        "finetune --model a folder whose config.json names no model_type",
+        lambda w: _generated_finetune(
+            w / "m5", "--model", str(Path(_text(w, "config.json", '{"name": "a run"}')).parent)
+        ),
+        ": not a sentence-transformers model folder (no config.json with a model_type)",
+        absent="m5",
+    ),
+    cli(
+        "finetune --model an empty string",
+        lambda w: _generated_finetune(w / "m6", "--model", ""),
+        "ragbench finetune: --model: expected a model name or path, got an empty string",
+        absent="m6",
+    ),
+    cli(
+        "finetune --pairs generated from too little prose",
+        lambda w: _generated_finetune(w / "m7", source=Path(_terse(w))),
+        "terse: 0 pairs generated from 2 documents; training needs 2 or more: give more "
+        "documents, or documents with more prose (a pair is a sentence of 8 or more words cut "
+        "out of one), or train on judged queries (--pairs select, with a labeled set)",
+        absent="m7",
     ),
     cli(
         "run --out a file",
@@ -413,7 +455,7 @@ CASES = [
             "--set",
             "evaluation.report_on=test",
         ],
-        "same.yaml: evaluation.report_on: the sweep selects on split 'test' (dataset.split)",
+        "--set evaluation.report_on=test: the sweep selects on split 'test' (dataset.split)",
     ),
     cli(
         "dry run --select unknown",
@@ -461,6 +503,27 @@ CASES = [
         "ingest --source an unclosed IPv6 URL",
         lambda w: ["ingest", "--source", "http://[::1", "--db", str(w / "db"), "--config", BM25],
         "ragbench ingest: http://[::1: not a valid URL (Invalid IPv6 URL)",
+    ),
+    cli(
+        "download --url an unclosed IPv6 URL",
+        lambda w: [
+            "datasets",
+            "download",
+            "scifact",
+            "--dir",
+            str(w / "dl1"),
+            "--url",
+            "http://[::1",
+        ],
+        "ragbench datasets download: --url http://[::1: not a valid URL (Invalid IPv6 URL)",
+        absent="dl1",
+    ),
+    cli(
+        "download with RAGBENCH_BEIR_URL no http URL",
+        lambda w: ["datasets", "download", "scifact", "--dir", str(w / "dl2")],
+        "RAGBENCH_BEIR_URL ftp://mirror.example/beir: not an http(s) URL",
+        absent="dl2",
+        env=lambda w: {"RAGBENCH_BEIR_URL": "ftp://mirror.example/beir"},
     ),
     cli(
         "ingest --source a URL whose port is no number",
@@ -516,32 +579,16 @@ CASES = [
     ),
     cli(
         "--settings a list",
-        lambda w: [
-            "finetune",
-            str(CONCEPTS),
-            "--pairs",
-            "generated",
-            "--out",
-            str(w / "ftl"),
-            "--settings",
-            "[1]",
-        ],
+        lambda w: _generated_finetune(w / "ftl", "--settings", "[1]"),
         """--settings: expected a JSON object like '{"epochs": 2}', got a list [1]""",
         absent="ftl",
     ),
     # ---------------------------------------------------------------- a default chosen for you
     cli(
         "finetune: no negatives for the default loss",
-        lambda w: [
-            "finetune",
-            str(CONCEPTS),
-            "--pairs",
-            "generated",
-            "--out",
-            str(w / "ft6"),
-            "--settings",
-            '{"queries": 8, "negatives": "none"}',
-        ],
+        lambda w: _generated_finetune(
+            w / "ft6", "--settings", '{"queries": 8, "negatives": "none"}'
+        ),
         "--settings: finetune.negatives: none leaves no hard negatives, which margin_mse needs "
         "(the loss chosen by default for generated pairs, as loss is not set); set loss: mnrl",
         absent="ft6",

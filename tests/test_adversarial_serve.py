@@ -418,3 +418,53 @@ def test_a_saved_collection_it_cannot_open_is_one_log_line_and_stale_in_health(
         assert all(r.exc_info is None for r in caplog.records) and "Traceback" not in caplog.text
         replace(kept)
         assert health() == {**before, "uptime_s": ANY}
+
+
+def test_a_collection_saved_again_with_other_retrievers_changes_what_a_request_may_name(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The served collection is made again with BM25 alone (it was hybrid), then hybrid again:
+    a request naming the dense retriever the collection lost is a 400 naming ``retriever``
+    (no 500, no traceback), ``/openapi.json`` lists the retrievers it has now, and once it
+    has them back, the same request is answered."""
+    from ragbench.api import SearchServer
+    from ragbench.pipeline import RAGPipeline
+    from tests.test_serve import CONFIG
+
+    target = _collection(tmp_path / "db")
+    server = SearchServer(RAGPipeline.open(target), "docs", "127.0.0.1", 0, path=target)
+
+    def make_again(config: dict[str, Any]) -> None:  # as an ingest into a new folder does
+        fresh = _collection(tmp_path / "made", config=config)
+        old = tmp_path / "db" / ".old"
+        target.rename(old)
+        fresh.rename(target)
+        shutil.rmtree(old)
+
+    def dense() -> httpx.Response:
+        body = {"query": "rotate the signing keys", "k": 1, "retriever": "dense"}
+        return httpx.post(f"{server.url}/search", json=body, timeout=10, trust_env=False)
+
+    def enum() -> list[str]:
+        document = httpx.get(f"{server.url}/openapi.json", timeout=10, trust_env=False).json()
+        schema = document["paths"]["/search"]["post"]["requestBody"]["content"]
+        named = schema["application/json"]["schema"]["properties"]["retriever"]["anyOf"][0]
+        return named.get("enum") or [named["const"]]  # one value is a const
+
+    with caplog.at_level(logging.INFO), server.background():
+        assert dense().status_code == 200 and enum() == ["hybrid", "bm25", "dense"]
+        make_again({**CONFIG, "retriever": {"kind": "bm25"}})
+        assert enum() == ["bm25"]  # the first request after the save reopens it
+        refused = dense()
+        assert refused.status_code == 400, refused.text
+        assert refused.json() == {
+            "error": "retriever: input should be 'bm25', got \"dense\"",
+            "field": "retriever",
+        }
+        served = httpx.get(f"{server.url}/openapi.json", timeout=10, trust_env=False).json()
+        assert server.app.openapi() == served
+        make_again(CONFIG)
+        answered = dense()  # reopened by the search itself, then checked against it
+        assert answered.status_code == 200 and answered.json()["retriever"] == "dense"
+        assert enum() == ["hybrid", "bm25", "dense"]
+    assert "Traceback" not in caplog.text and all(r.exc_info is None for r in caplog.records)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import random
 import subprocess
 import sys
@@ -158,3 +159,54 @@ def test_datasets_info_scifact_as_a_subprocess() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "queries      809" in done.stdout and "919 (grade 1: 919)" in done.stdout
+
+
+def _hand_labeled(folder: Path) -> Path:
+    """``folder``: three demo documents and a hand-written queries file with a query judged
+    only at grade 0 and one whose split is typed ``TEST``."""
+    folder.mkdir()
+    for name in ("compaction.md", "segments.md", "topics-and-partitions.md"):
+        (folder / name).write_text((DEMO / "corpus" / "concepts" / name).read_text())
+    lines = [
+        {"query": "compaction latest value per key", "relevant": ["compaction.md"]},
+        {"query": "segments rolling", "relevant": {"segments.md": 0}},
+        {"query": "topics", "relevant": ["topics-and-partitions.md"], "split": "TEST"},
+        {"query": "partitions", "relevant": ["topics-and-partitions.md"], "split": "TEST"},
+    ]
+    (folder / "queries.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return folder
+
+
+def test_a_split_named_like_test_but_for_case_and_unscored_queries_are_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``validate`` and ``info`` name the queries of split 'TEST' that are not in 'test', and
+    ``info`` says how many queries have no relevant document (a run does not score them)."""
+    folder = _hand_labeled(tmp_path / "lab")
+    said = f"{folder / 'queries.jsonl'}: 2 queries of split 'TEST' are not in split 'test' (splits"
+    assert main(["datasets", "validate", str(folder)]) == 1
+    assert f"warning: {said} are case-sensitive)" in capsys.readouterr().out.splitlines()
+    assert main(["datasets", "info", str(folder)]) == 0
+    out, err = capsys.readouterr()
+    assert "queries      2 (1 has no relevant (grade > 0) document and will not be scored)" in out
+    assert f"warning: {said} are case-sensitive)" in err.splitlines()
+    assert main(["datasets", "info", str(DEMO)]) == 0
+    out, err = capsys.readouterr()
+    assert "queries      117\n" in out and "case-sensitive" not in err
+
+
+def test_a_queries_file_that_is_a_fifo_is_said_to_be_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder's ``queries.jsonl`` that is a FIFO is named as one, not as missing (no hang)."""
+    folder = tmp_path / "fifo"
+    folder.mkdir()
+    (folder / "a.md").write_text("Alpha particles and beta decay.")
+    os.mkfifo(folder / "queries.jsonl")
+    for command in ("validate", "info"):
+        assert main(["datasets", command, str(folder)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (
+            f"ragbench datasets {command}: {folder / 'queries.jsonl'}: not a regular file (FIFO) "
+            f"(the queries file for {folder})"
+        )

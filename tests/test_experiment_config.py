@@ -206,7 +206,8 @@ def test_overrides_set_values_by_key_path(tmp_path: Path) -> None:
         load_config(path, ["evaluation.depth"])
     with pytest.raises(ConfigError, match=r"no item \[4\] there"):
         load_config(path, ["sweep.retriever[4].k1=1"])
-    with pytest.raises(ConfigError, match=r"evaluation\.depth: Input should be greater than 0"):
+    depth = r"^--set evaluation\.depth=0: Input should be greater than 0"
+    with pytest.raises(ConfigError, match=depth):
         load_config(path, ["evaluation.depth=0"])
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -149,3 +150,234 @@ def test_progress_says_rate_and_time_left(
     assert len(lines) == 4  # one per batch of 64
     assert lines[0].startswith(f"{source}: 64 of about 200 documents (64 indexed")
     assert "documents/s, about" in lines[0] and "left" in lines[0]
+
+
+BM25_400 = {"chunker": {"kind": "recursive", "size": 400}, "retriever": {"kind": "bm25"}}
+_DEMO = Path(__file__).resolve().parents[1] / "datasets" / "demo"
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
+    """A bm25 run over a copy of the demo set: its folder, its trial id and its corpus."""
+    import shutil
+
+    import pandas as pd
+
+    root = tmp_path_factory.mktemp("demo-run")
+    shutil.copytree(_DEMO, root / "demo")
+    config = root / "run.yaml"
+    config.write_text(
+        f"name: r\ndataset: {{path: {root / 'demo'}}}\n"
+        "evaluation: {metrics: [ndcg@10], depth: 10}\nlatency: {queries: 0}\n"
+        "sweep:\n  chunker: [{kind: recursive, size: 400}]\n  retriever: [{kind: bm25}]\n"
+    )
+    mp = pytest.MonkeyPatch()
+    mp.setenv("RAGBENCH_CACHE", str(root / "cache"))
+    try:
+        command = ["run", str(config), "--out", str(root / "run"), "--limit-queries", "10"]
+        assert main([*command, "--no-report"]) == 0
+    finally:
+        mp.undo()
+    trial = str(pd.read_parquet(root / "run" / "trials.parquet")["trial_id"].iloc[0])
+    return root / "run", trial, root / "demo" / "corpus"
+
+
+def _edited_copy(corpus: Path, target: Path) -> Path:
+    """A copy of ``corpus`` at ``target`` whose ``concepts/compaction.md`` gained a line."""
+    shutil.copytree(corpus, target)
+    with (target / "concepts" / "compaction.md").open("a") as fh:
+        fh.write("\nAn edited line about quota throttles.\n")
+    return target
+
+
+def test_a_run_corpus_and_a_folder_never_replace_each_other_unasked(
+    tmp_path: Path,
+    demo_run: tuple[Path, str, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    run, trial, corpus = demo_run
+    edited = _edited_copy(corpus, tmp_path / "edited")
+    db = ["--db", str(tmp_path / "db")]
+    deploy = ["ingest", "--from-run", str(run), "--trial", trial, *db, "--collection"]
+    origins = "SELECT origin, COUNT(*) FROM documents GROUP BY origin"
+    # a folder's edited document is not replaced by the run's own version of it
+    folder = ["ingest", "--source", str(edited), *db, "--collection", "c"]
+    assert main([*folder, "--config", json.dumps(BM25_400)]) == 0
+    capsys.readouterr()
+    assert main([*deploy, "c"]) == 2
+    err = capsys.readouterr().err
+    assert "'concepts/compaction.md' is in the collection already" in err
+    assert f"indexed from {os.path.realpath(edited)}" in err and len(err.splitlines()) == 1
+    assert _store(tmp_path / "db", "c", origins) == [(os.path.realpath(edited), 58)]
+    # nor does the folder take the run's documents over; its own are refused in one line
+    assert main([*deploy, "d", "--source", str(edited)]) == 2
+    err = capsys.readouterr().err
+    assert f"indexed from run:{os.path.realpath(run)}" in err
+    assert "--replace" in err and "common parent" not in err
+    # the run's own corpus files, unchanged, go over to the folder (README: "adds more")
+    assert main([*deploy, "e", "--source", str(corpus)]) == 0
+    assert _store(tmp_path / "db", "e", origins) == [(os.path.realpath(corpus), 58)]
+    assert main([*deploy, "e"]) == 0  # and the run again changes nothing
+    assert "indexed 0, unchanged 58" in capsys.readouterr().out
+    # --replace lets the run's version in
+    assert main([*deploy, "c", "--replace"]) == 0
+    assert "indexed 1, unchanged 57" in capsys.readouterr().out
+
+
+def test_a_refused_ingest_leaves_the_collection_as_it_was(
+    tmp_path: Path,
+    demo_run: tuple[Path, str, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    run, trial, corpus = demo_run
+    edited = _edited_copy(corpus, tmp_path / "edited")
+    db = ["--db", str(tmp_path / "db")]
+    deploy = ["ingest", "--from-run", str(run), "--trial", trial, *db, "--collection"]
+    origins = "SELECT origin, COUNT(*) FROM documents GROUP BY origin"
+    assert main([*deploy, "r"]) == 0
+    # the unchanged documents read before the clash (clients/*, ...) stay the run's
+    folder = ["ingest", "--source", str(edited), *db, "--collection", "r"]
+    assert main(folder) == 2
+    assert "'concepts/compaction.md' is in the collection already" in capsys.readouterr().err
+    assert _store(tmp_path / "db", "r", origins) == [(f"run:{os.path.realpath(run)}", 58)]
+    # so a narrower ingest of the folder afterwards removes none of them
+    assert main([*folder[:-2], "--include", "security/**", "--collection", "r"]) == 0
+    assert "removed 0" in capsys.readouterr().out
+    assert _store(tmp_path / "db", "r", "SELECT COUNT(*) FROM documents") == [(58,)]
+    # a new collection the refused ingest made (the run went in, the folder was refused) goes
+    assert main([*deploy, "n", "--source", str(edited)]) == 2
+    assert not (tmp_path / "db" / "n").exists()
+
+
+def test_a_run_trial_into_a_collection_of_another_configuration_names_both(
+    tmp_path: Path,
+    demo_run: tuple[Path, str, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    run, trial, corpus = demo_run
+    db = ["--db", str(tmp_path / "db")]
+    hybrid = {**HASHING, "chunker": {"kind": "recursive", "size": 400}}
+    assert (
+        main(
+            [
+                "ingest",
+                "--source",
+                str(corpus),
+                *db,
+                "--collection",
+                "h",
+                "--config",
+                json.dumps(hybrid),
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["ingest", "--from-run", str(run), "--trial", trial, *db, "--collection", "h"]) == 2
+    err = capsys.readouterr().err
+    assert "a collection of another configuration (hybrid" in err
+    assert f"than trial {trial} of {run} (bm25 | recursive(size=400))" in err
+    assert "another --collection" in err
+    assert _store(tmp_path / "db", "h", "SELECT COUNT(*) FROM documents") == [(58,)]
+
+
+def test_a_file_and_then_its_folder_are_one_source(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    team = tmp_path / "teams" / "teamA"
+    (team / "sub").mkdir(parents=True)
+    (team / "README.md").write_text("# Team A\n\nleader replica offset.\n")
+    (team / "a.md").write_text("# A\n\nretention compaction.\n")
+    db = ["--db", str(tmp_path / "db")]
+    first = ["ingest", "--source", str(team / "README.md"), *db, "--collection", "t"]
+    assert main([*first, "--config", json.dumps(BM25_400)]) == 0
+    capsys.readouterr()
+    assert main(["ingest", "--source", f"{team}/./", *db, "--collection", "t"]) == 0
+    assert "indexed 1, unchanged 1" in capsys.readouterr().out
+    origins = "SELECT id, origin FROM documents ORDER BY id"
+    assert _store(tmp_path / "db", "t", origins) == [("README.md", str(team)), ("a.md", str(team))]
+    assert main(first) == 0  # the file again: still the folder's document
+    assert _store(tmp_path / "db", "t", origins)[0] == ("README.md", str(team))
+    # another file of the same id is refused, its advice never the folder just refused
+    (team / "sub" / "a.md").write_text("# Sub A\n\nconsumer rebalance heartbeat.\n")
+    assert main(["ingest", "--source", str(team / "sub"), *db, "--collection", "t"]) == 2
+    err = capsys.readouterr().err
+    assert f"indexed from {team}; ingest into another collection" in err
+    assert "common parent" not in err
+    other = tmp_path / "teams" / "teamB"
+    other.mkdir()
+    (other / "a.md").write_text("# B\n\nthroughput latency.\n")
+    assert main(["ingest", "--source", str(other), *db, "--collection", "t"]) == 2
+    err = capsys.readouterr().err
+    assert f"common parent {tmp_path / 'teams'} into a new collection (ids" in err
+    # the parent into the same collection would index team's documents twice: refused
+    before = _store(tmp_path / "db", "t", origins)
+    parent = ["ingest", "--source", str(tmp_path / "teams"), *db, "--collection"]
+    assert main([*parent, "t"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'teams'}: holds {team}, whose documents" in err
+    assert "into a new collection" in err and len(err.splitlines()) == 1
+    assert _store(tmp_path / "db", "t", origins) == before
+    assert main([*parent, "new"]) == 0  # as the advice says
+    ids = [i for (i,) in _store(tmp_path / "db", "new", "SELECT id FROM documents ORDER BY id")]
+    assert ids == ["teamA/README.md", "teamA/a.md", "teamA/sub/a.md", "teamB/a.md"]
+
+
+def test_an_ingest_in_which_every_document_fails_is_no_success(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ragbench.errors import DataError
+    from ragbench.index.embedders import EmbeddingError, HashingEmbedder
+
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    source = _corpus(tmp_path / "docs", 6)
+    db = tmp_path / "db"
+    # a folder that is no model is named before any document is read
+    bad = {"embedder": {"kind": "sentence-transformers", "model": str(source)}}
+    command = ["ingest", "--source", str(source), "--db", str(db), "--collection"]
+    assert main([*command, "m", "--config", json.dumps(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ragbench ingest: --config: embedder: cannot load sentence-transformers")
+    assert len(err.splitlines()) == 1 and not (db / "m").exists()
+
+    def fail(self: HashingEmbedder, texts: list[str], role: str) -> None:
+        raise EmbeddingError("the provider is down")
+
+    with monkeypatch.context() as broken:
+        broken.setattr(HashingEmbedder, "embed", fail)
+        with pytest.raises(
+            DataError, match=r"every document to index failed \(6\), collection 'n' is not created"
+        ):
+            ingest(db / "n", IngestOptions(source=str(source), spec=HASHING))
+        assert not (db / "n").exists()
+    ingest(db / "n", IngestOptions(source=str(source), spec=HASHING))
+    (source / "a" / "doc0001.md").write_text("# Doc 1\n\nrewritten.\n")
+    with monkeypatch.context() as broken:
+        broken.setattr(HashingEmbedder, "embed", fail)
+        assert main([*command, "n"]) == 2
+    err = capsys.readouterr().err
+    assert "a/doc0001.md: embedding failed: the provider is down" in err
+    assert "nothing was indexed into collection 'n'" in err
+    assert len(RAGPipeline.open(db / "n").document_ids) == 6  # kept as it was
+
+
+@pytest.mark.parametrize("workers", ["0", "-1"])
+def test_ingest_checks_workers_as_run_does(
+    tmp_path: Path, workers: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = _corpus(tmp_path / "docs", 2)
+    command = ["ingest", "--source", str(source), "--db", str(tmp_path / "db"), "--collection"]
+    options = ["--executor", "dask", f"--workers={workers}", "--config", json.dumps(HASHING)]
+    assert main([*command, "w", *options]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"ragbench ingest: --workers: expected at least 1, got {workers}\n"
+    )
+    assert not (tmp_path / "db" / "w").exists()

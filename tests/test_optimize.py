@@ -11,6 +11,7 @@ import pytest
 
 from ragbench.cli import main
 from ragbench.optimize import DEFAULT_SWEEP, default_config
+from ragbench.pipeline import RAGPipeline
 
 TOPICS = {
     "storage": "segments on disk, compaction of old logs and the retention of records",
@@ -72,7 +73,7 @@ def test_optimize_recommends_with_confidence_and_the_deploy_command_works(
     assert f"Labels: generated (ict), {judged} queries" in printed
     assert (tmp_path / "out" / "run" / "report.html").is_file()
     deploy = printed.rsplit("deploy:", 1)[1].strip()
-    assert deploy.startswith("ragbench ingest --from-run=")
+    assert deploy.startswith(f"ragbench ingest --source={docs.resolve()}")
 
     # the printed command builds a collection that answers searches
     assert main([*shlex.split(deploy)[1:], "--db", str(tmp_path / "db")]) == 0
@@ -83,6 +84,32 @@ def test_optimize_recommends_with_confidence_and_the_deploy_command_works(
     assert main(argv) == 0
     assert "24 queries, reused" in capsys.readouterr().out
     assert len(list((tmp_path / "out").glob("labels-*"))) == 1
+
+
+def test_the_deploy_command_indexes_the_folder_as_it_is_after_an_edit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Generated labels hold a copy of the documents: the printed deploy command indexes the
+    folder (with optimize's globs), so a file edited after optimize is served as edited."""
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    docs = _docs(tmp_path / "docs")
+    (docs / "notes.txt").write_text("not selected: the globs keep to the guides")
+    quick = ["--set", "sweep.embedder=[{kind: hashing, dim: 64}]", "--set", "latency.queries=0"]
+    argv = ["optimize", str(docs), "--out", str(tmp_path / "out"), "--n", "12", *quick]
+    assert main([*argv, "--include", "*.md"]) == 0
+    deploy = shlex.split(capsys.readouterr().out.rsplit("deploy:", 1)[1].strip())
+    assert deploy[:4] == ["ragbench", "ingest", f"--source={docs.resolve()}", "--include=*.md"]
+    with (docs / "quotas.md").open("a") as guide:
+        guide.write("\nThe zebrafish override was added after the labels were generated.\n")
+
+    db = tmp_path / "db"
+    assert main([*deploy[1:], "--db", str(db)]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["search", "zebrafish override", "--db", str(db), "-k", "1"]) == 0
+    assert "quotas.md" in capsys.readouterr().out
+    deployed = RAGPipeline.open(db / "default")
+    assert sorted(deployed.document_ids) == sorted(f"{name}.md" for name in TOPICS)
+    assert any("zebrafish override" in c.text for c in deployed.chunks.values())
 
 
 def test_bad_arguments_are_one_line_errors(

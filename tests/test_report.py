@@ -491,12 +491,14 @@ def test_cli_report_and_compare(
     assert main(["report", str(run_dir), "--baseline", "no-such-trial"]) == 2
     assert main(["report", str(run_dir), "--metric", "map"]) == 2
     assert main(["compare", str(run_dir), str(run_dir)]) == 0
-    out = capsys.readouterr().out
-    compared = Path("reports") / run_dir.name
-    assert "rep" in out and f"csv    {compared / 'compare.csv'}" in out
+    printed = capsys.readouterr()
+    compared = Path("reports") / f"{run_dir.name}-2"  # reports/<name> holds the run's report
+    assert f"csv    {compared / 'compare.csv'}" in printed.out
+    assert f"this comparison goes to {compared}" in printed.err, printed.err
     table = pd.read_csv(compared / "compare.csv")
     assert len(table) == 10 and table["ndcg@10"].is_monotonic_decreasing
-    assert (compared / "compare.md").read_text().startswith("# Comparison\n\n| run | trial_id |")
+    header = "# Comparison\n\n| run | documents | trial_id |"
+    assert (compared / "compare.md").read_text().startswith(header)
     other = tmp_path / "other"
     shutil.copytree(run_dir, other)
     assert main(["compare", str(run_dir), str(other), "--out", "cmp"]) == 0

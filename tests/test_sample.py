@@ -17,10 +17,14 @@ from ragbench import optimize as optimize_module
 from ragbench.cli import main
 from ragbench.data.labeled import LabeledSet
 from ragbench.data.sample import Sampled, choose, sample_set
+from ragbench.errors import ConfigError, DataError
 from ragbench.experiment.store import RunStore
 from ragbench.pipeline import RAGPipeline
+from ragbench.report.agreement import agreement, run_agreement
+from ragbench.report.compare import compare_runs, write_comparison
 from ragbench.text.loaders import load
 from ragbench.types import Document, Query
+from tests.paths import DEMO
 
 HASHING = "sweep.embedder=[{kind: hashing, dim: 64}]"
 QUICK = [HASHING, "latency.queries=0"]
@@ -147,9 +151,15 @@ def test_run_sample_is_recorded_in_the_manifest_and_the_report(
     assert "every document" in printed  # a labeled set is deployed whole from the run
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "a sample of 6 of 12 documents (seed 0)" in report
-    # another sample is another dataset: a resume of the run is refused
-    assert main(["run", str(config), "--out", str(out), "--sample", "7", "--resume"]) == 2
-    assert "the dataset fingerprint changed" in capsys.readouterr().err
+    # another sample is another dataset: a resume of the run is refused, naming the sample
+    for flags, change in (
+        (["--sample", "7"], "50% of the documents then, 7 documents now"),
+        (["--sample", "all"], "50% of the documents then, every document now"),
+        (["--sample", "50%", "--set", "dataset.sample_seed=4"], "seed 0 then, 4 now"),
+    ):
+        assert main(["run", str(config), "--out", str(out), *flags, "--resume"]) == 2
+        error = capsys.readouterr().err
+        assert f"cannot resume, the sample changed since the run started ({change})" in error
 
 
 @pytest.mark.parametrize(
@@ -225,3 +235,152 @@ def test_optimize_samples_by_default_above_its_budget(
     assert optimize_module.default_size(documents) == 6  # the documents of about half the text
     monkeypatch.setattr(optimize_module, "SAMPLE_CHARS", chars)
     assert optimize_module.default_size(documents) is None
+
+
+def _two_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, Path]:
+    """The config of ``_run_config`` with two BM25 trials, run on a sample of 6 of the 12
+    documents and on all of them (the same config name); its path and the two run folders."""
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    config = _run_config(tmp_path, _folder(tmp_path / "docs"))
+    raw = yaml.safe_load(config.read_text())
+    raw["sweep"]["retriever"] = [{"kind": "bm25", "k1": [0.9, 1.5]}]
+    config.write_text(yaml.safe_dump(raw))
+    sampled, whole = tmp_path / "sampled", tmp_path / "whole"
+    assert main(["run", str(config), "--out", str(sampled), "--sample", "6"]) == 0
+    assert main(["run", str(config), "--out", str(whole)]) == 0
+    return config, sampled, whole
+
+
+def test_compare_and_agreement_name_each_run_and_the_documents_it_ranked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, sampled, whole = _two_runs(tmp_path, monkeypatch)
+    table, warnings = compare_runs([sampled, whole])
+    assert sorted(set(table["run"])) == [f"sampled ({sampled})", f"sampled ({whole})"]
+    documents = dict(zip(table["run"], table["documents"], strict=False))
+    assert documents[f"sampled ({sampled})"] == "a sample of 6 of 12 documents (seed 0)"
+    assert documents[f"sampled ({whole})"] == "all 12 documents"
+    assert any(w.startswith("runs differ in documents") for w in warnings)
+    written = write_comparison(table, warnings, tmp_path / "cmp")
+    for kind in ("md", "csv"):
+        text = written[kind].read_text(encoding="utf-8")
+        assert "a sample of 6 of 12 documents (seed 0)" in text and str(sampled) in text
+    # one name alone when the names differ
+    alone, _ = compare_runs([whole])
+    assert set(alone["run"]) == {"sampled"}
+
+    found = agreement(whole, sampled).to_markdown()
+    assert "| documents | real all 12 documents, synthetic a sample of 6 of 12 documents" in found
+    # a sampled config would rank each set's own sample: refused before any sweep
+    raw = yaml.safe_load(config.read_text())
+    raw["dataset"]["sample"] = 6
+    config.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=r"dataset\.sample: a sample draws each set's own"):
+        run_agreement(str(config), tmp_path / "docs", tmp_path / "docs", out=tmp_path / "agr")
+    assert not (tmp_path / "agr").exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("queries", "many", "dataset.sample.queries: expected an integer >= 0, got 'many'"),
+        ("queries", 1.5, "dataset.sample.queries: expected an integer >= 0, got 1.5"),
+        ("include", 5, "dataset.sample.include: expected a list of strings, got 5"),
+        (
+            "documents",
+            100,
+            "dataset.sample.documents: expected at most the 12 documents of 'of', got 100",
+        ),
+        ("seed", -1, "dataset.sample.seed: expected an integer >= 0, got -1"),
+    ],
+)
+def test_a_recorded_sample_of_another_type_or_range_is_a_manifest_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: object, message: str
+) -> None:
+    good = {"documents": 6, "of": 12, "seed": 0, "queries": 1, "queries_of": 2}
+    with pytest.raises(DataError, match=r"^x\.json: dataset\.sample\."):
+        Sampled.from_dict({**good, field: value}, "x.json: dataset.sample")
+    assert Sampled.from_dict(good).text() == "6 of 12 documents (seed 0), 1 of 2 queries"
+    with pytest.raises(DataError, match="queries: expected at most the 2 of 'queries_of'"):
+        Sampled.from_dict({**good, "queries": 3})
+    # in a run folder: every reader gives the one line naming the file
+    run = tmp_path / "run"
+    run.mkdir()
+    manifest = {
+        "config": {"name": "x", "dataset": {}, "evaluation": {"metrics": ["ndcg@10"]}},
+        "dataset": {"path": "d", "split": "test", "name": "d", "documents": 6,
+                    "sample": {**good, field: value}},
+        "dataset_fingerprint": "f",
+        "queries": {"count": 1},
+        "evaluation": {"level": "document", "relevance_level": 1},
+        "cache_root": "c",
+    }  # fmt: skip
+    (run / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    for command in (["report", str(run), "--out", str(tmp_path / "r")], ["compare", str(run)]):
+        assert main(command) == 2
+        error = capsys.readouterr().err.strip()
+        assert error.endswith(f"{run / 'manifest.json'}: {message}"), error
+        assert len(error.splitlines()) == 1
+
+
+def test_a_sample_too_small_for_a_query_and_a_bad_set_value_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    config = _run_config(tmp_path, _folder(tmp_path / "docs"))
+    assert main(["run", str(config), "--out", str(tmp_path / "r"), "--sample", "1"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.endswith(
+        "dataset.sample: the sample of 1 document(s) keeps none of the 2 queries (each one's "
+        "judged documents would fill more than half of it); use a larger --sample (or "
+        "--sample all)"
+    )
+    assert main(["run", str(config), "--set", "dataset.sample=0"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.endswith("--set dataset.sample=0: expected a number of documents (1 or more), "
+                          'a percentage ("25%") or "all", got 0')  # fmt: skip
+    assert str(config) not in error
+    assert main(["run", str(config), "--set", "sweep.retriever=[{kind: bm25, k1: -1}]"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "--set sweep.retriever=[{kind: bm25, k1: -1}]: sweep.retriever[0].k1: " in error
+    raw = yaml.safe_load(config.read_text())
+    raw["evaluation"]["depth"] = 0  # the file's own value still names the file
+    config.write_text(yaml.safe_dump(raw))
+    assert main(["run", str(config), "--set", "dataset.sample=5"]) == 2
+    assert f"{config}: evaluation.depth: " in capsys.readouterr().err
+
+
+def test_optimize_counts_your_queries_and_those_the_sample_keeps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    docs = _folder(tmp_path / "docs")
+    judged = ["guides/doc01.md", "notes/doc02.md", "guides/doc05.md"]
+    labels = [{"query": f"query {i}", "relevant": [doc]} for i, doc in enumerate(judged)]
+    (docs / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in labels))
+    small = [
+        "--set=sweep.retriever=[{kind: bm25}]",
+        "--set=sweep.chunker=[{kind: recursive, size: 500}]",
+    ]
+    # 4 documents: their judged ones may fill 2, so 2 of the 3 queries are kept
+    argv = ["optimize", str(docs), "--out", "out", "--sample", "4", *small]
+    assert main([*argv, *(f"--set={s}" for s in QUICK)]) == 0
+    printed = capsys.readouterr().out
+    assert "(yours: 3 queries, 2 in the sample; --generate generates labels instead)" in printed
+
+
+def test_a_config_error_from_the_sample_flag_names_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = {
+        "name": "split",
+        "dataset": {"path": str(DEMO)},
+        "evaluation": {"metrics": ["ndcg@10"], "select_on": "dev", "report_on": "test"},
+        "sweep": {"retriever": [{"kind": "bm25"}]},
+    }
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config), "utf-8")
+    argv = ["run", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "r"), "--sample", "5"]
+    assert main([*argv, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "ragbench run: --sample 5: a sample keeps the documents of one split's" in err, err

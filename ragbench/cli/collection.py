@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import itertools
 import json
@@ -212,26 +213,37 @@ def _serve(args: argparse.Namespace) -> int:
         "GET /metrics, GET /openapi.json",
         flush=True,
     )
-    with server:
-        try:
-            server.serve_forever()
-        except KeyboardInterrupt:  # uvicorn raises the signal again once it stopped, when
-            pass  # asyncio's own SIGINT handler has not already seen the task finish
+    # uvicorn raises the signal again once it stopped, when asyncio's own SIGINT handler has
+    # not already seen the task finish
+    with server, contextlib.suppress(KeyboardInterrupt):
+        server.serve_forever()
     print("stopped", file=sys.stderr)
     return 0
 
 
 def _pipeline_models(flag: str, value: str) -> None:
-    """``ConfigError`` before an ingest when the pipeline spec ``value`` names a model that
-    cannot be loaded here (each document would fail to embed, leaving an empty collection)."""
-    from ragbench.models import check_models
+    """``ConfigError`` before an ingest reads a document when the pipeline spec ``value``
+    names a model that cannot be loaded here: one that is nowhere, or a local folder that is
+    no model (its embedder is loaded, as ``run --dry-run`` loads it); each document would
+    fail to embed, leaving an empty collection."""
+    from ragbench.index.embedders import EmbeddingError
+    from ragbench.models import check_models, model_fields, resolve_model
     from ragbench.pipeline import pipeline_trial
+    from ragbench.retrieve.graph import Env
 
     spec = json_arg(flag, value)
     try:
-        check_models([pipeline_trial(spec).configs], spec, "pipeline")
+        trial = pipeline_trial(spec)
+        check_models([trial.configs], spec, "pipeline")
+        embedder = trial.get("embedder")
+        names = model_fields(embedder.model_dump(mode="json"), "") if embedder else []
+        local = any(Path(resolve_model(name)).exists() for _, name in names)
+        if embedder is not None and local and getattr(embedder, "finetune", None) is None:
+            Env(warm_up=False).embedder(embedder).embed(["warm up"], "query")  # loads it
     except ConfigError as exc:
         raise ConfigError(f"{flag}: {exc}") from None
+    except EmbeddingError as exc:
+        raise ConfigError(f"{flag}: embedder: {str(exc).splitlines()[0]}") from None
 
 
 _COLLECTION = collection("collection name")

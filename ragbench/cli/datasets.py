@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ragbench.cli.common import QUERIES_FILE
 from ragbench.cli.labels import COMMANDS as LABEL_COMMANDS
@@ -30,7 +31,8 @@ def _list(args: argparse.Namespace) -> int:
 
 def _info(args: argparse.Namespace) -> int:
     from ragbench.data.catalog import dataset_format, load_dataset, resolve_dataset
-    from ragbench.data.problems import DEFAULT_SPLIT, MissingSplit
+    from ragbench.data.folder import QUERIES, query_splits
+    from ragbench.data.problems import DEFAULT_SPLIT, MissingSplit, split_case
     from ragbench.data.summary import summarize
 
     path = resolve_dataset(args.path)
@@ -45,6 +47,7 @@ def _info(args: argparse.Namespace) -> int:
         shown = f" (no split {DEFAULT_SPLIT!r}, the default; splits: {splits}; --split picks one)"
         labeled = load_dataset(path, format=fmt, split=split, queries=args.queries)
     info = summarize(labeled)
+    unscored = sum(not any(g > 0 for g in judged.values()) for judged in labeled.qrels.values())
     grades = ", ".join(f"grade {g}: {n:,}" for g, n in info.judgements.items())
     rows = [
         ("name", info.name),
@@ -52,7 +55,7 @@ def _info(args: argparse.Namespace) -> int:
         ("format", fmt),
         ("split", info.split + shown),
         ("documents", f"{info.documents:,} ({info.characters:,} characters)"),
-        ("queries", f"{info.queries:,}"),
+        ("queries", f"{info.queries:,}" + _unscored(unscored)),
         ("judgements", f"{sum(info.judgements.values()):,} ({grades or 'none'})"),
     ]
     if info.mean_span_chars is not None:
@@ -67,7 +70,19 @@ def _info(args: argparse.Namespace) -> int:
     rows.append(("fingerprint", info.fingerprint))
     for key, value in rows:
         sys.stdout.write(f"{key:<12} {value}\n")
+    if fmt in ("folder", "spans"):
+        file = Path(args.queries or path / QUERIES)
+        for line in split_case(query_splits(file)):
+            print(f"warning: {file}: {line}", file=sys.stderr)
     return 0
+
+
+def _unscored(count: int) -> str:
+    """What ``info`` says of the queries judged with no relevant document: no run scores them."""
+    if not count:
+        return ""
+    queries = "1 has" if count == 1 else f"{count:,} have"
+    return f" ({queries} no relevant (grade > 0) document and will not be scored)"
 
 
 def _validate(args: argparse.Namespace) -> int:

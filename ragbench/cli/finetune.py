@@ -11,6 +11,21 @@ from pathlib import Path
 
 from ragbench.cli.common import json_arg, model_name
 from ragbench.cli.spec import Arg, Command
+from ragbench.errors import ConfigError
+
+
+def _base_model(flag: str, name: str) -> None:
+    """``ConfigError`` naming ``flag`` when ``name`` cannot be the model training starts from:
+    empty, no such model (``model_name``), or a folder that holds no model (a collection, a
+    run folder), found before any document is read."""
+    if not name.strip():
+        raise ConfigError(f"{flag}: expected a model name or path, got an empty string")
+    model_name(flag, name)
+    from ragbench.index.finetune import base_problem
+
+    problem = base_problem(name)
+    if problem is not None:
+        raise ConfigError(f"{flag} {name}: {problem}")
 
 
 def _finetune(args: argparse.Namespace) -> int:
@@ -20,7 +35,7 @@ def _finetune(args: argparse.Namespace) -> int:
     from ragbench.data import load_dataset
     from ragbench.data.generate import corpus_documents
     from ragbench.data.pairs import generated_pairs, split_pairs
-    from ragbench.errors import ConfigError
+    from ragbench.errors import DataError
     from ragbench.index.cache import default_cache_root
     from ragbench.index.finetune import Family, FinetuneConfig, train
     from ragbench.registry import format_validation_error
@@ -44,6 +59,9 @@ def _finetune(args: argparse.Namespace) -> int:
     else:
         documents, _ = corpus_documents(args.dataset)
         pairs = generated_pairs(documents, config.queries, config.seed, config.width)
+    too_few = pairs.too_few("--pairs select, with a labeled set")
+    if too_few is not None:
+        raise DataError(f"{args.dataset}: {too_few}")
     work = (
         default_cache_root()
         / "training"
@@ -56,7 +74,7 @@ def _finetune(args: argparse.Namespace) -> int:
             shown[0] = time.monotonic()
             print(f"\r{activity.line()}\033[K", end="", file=sys.stderr, flush=True)
 
-    print(f"{len(pairs):,} pairs from {pairs.source}", file=sys.stderr)
+    print(f"{len(pairs):,} pairs {pairs.origin}", file=sys.stderr)
     with progress.listen(show):
         model = train(family, args.model, pairs, config, work)
     print(file=sys.stderr)
@@ -89,7 +107,7 @@ FINETUNE = Command(
         Arg(
             "--model",
             default="all-MiniLM-L6-v2",
-            check=model_name,
+            check=_base_model,
             help="base model: a name, path or hub id",
         ),
         Arg("--cross-encoder", action="store_true", help="train a cross-encoder from --model"),

@@ -40,9 +40,10 @@ def _optimize(args: argparse.Namespace) -> int:
         print(skipped_summary(made.problems), file=sys.stderr)
     print(f"sample:        {_sample_text(done)}")
     if done.own:
+        kept = "" if done.own_queries == done.queries else f", {done.queries:,} in the sample"
         print(
-            f"labels:        {done.labels} (yours: {done.queries:,} queries; --generate "
-            "generates labels instead)"
+            f"labels:        {done.labels} (yours: {done.own_queries:,} queries{kept}; "
+            "--generate generates labels instead)"
         )
     else:
         how = "reused" if made is None else f"generated from {made.documents:,} documents"
@@ -50,7 +51,10 @@ def _optimize(args: argparse.Namespace) -> int:
         print(f"labels:        {done.labels} ({done.generated:,} queries, {how}{judged})")
     print_frame(trial_table(done.run.trials, done.run.metrics))
     print(f"\nrun directory: {done.run.path}\nreport:        {done.files['html']}\n")
-    print("\n".join(answer_lines(done.report, args.collection)))
+    lines = answer_lines(done.report, args.collection)
+    if done.report.evidence.withheld is None:  # the folder as it is, not the labels' copy
+        lines[-1] = f"deploy:        {done.deploy_command(args.collection)}"
+    print("\n".join(lines))
     return 0
 
 

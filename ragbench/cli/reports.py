@@ -3,15 +3,42 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from ragbench.cli.common import MLFLOW, PICK, RUN_DIR, options, picked, print_frame
 from ragbench.cli.spec import Arg, Command
-from ragbench.errors import writable_folder
+from ragbench.errors import ConfigError, writable_folder
 
 # the significance test and its correction, passed to ``Report.from_run`` as they are
 _TESTS = ("test", "correction")
+
+
+def _folder(out: str | None, default: Path, what: str, of: str) -> Path:
+    """The folder for the ``what`` of ``of`` (run directories' real paths), taken
+    (``ragbench.owned.claim``): ``--out`` as given, refused when it holds another folder's
+    output; else ``default``, or ``default-2``, ``-3``, ... when it holds another run's (said)."""
+    from ragbench.owned import claim
+
+    if out is not None:
+        return claim(out, "--out", what, of=of)
+    folder, number = default, 1
+    while True:
+        try:
+            claim(folder, "--out", what, of=of)
+        except ConfigError:
+            if not folder.exists():
+                raise
+            number += 1  # another's output, or the user's files: the next name
+            folder = default.with_name(f"{default.name}-{number}")
+            continue
+        if number > 1:
+            print(
+                f"note: {default} holds another run's output; this {what} goes to {folder}",
+                file=sys.stderr,
+            )
+        return folder
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -24,6 +51,9 @@ def _report(args: argparse.Namespace) -> int:
     report = Report.from_run(
         Path(args.run_dir), args.baseline, args.metric, **options(args, _TESTS), **picked(args)
     )
+    run = os.path.realpath(args.run_dir)
+    if os.path.realpath(out) != run:  # a report into its own run directory is the run's
+        out = _folder(args.out, out, "report", run)
     formats = ["html", "md"] if args.format == "html" else [args.format]
     paths = report.write(formats, out)
     print_frame(report.display_table())
@@ -41,7 +71,9 @@ def _compare(args: argparse.Namespace) -> int:
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print_frame(table.set_index(["run", "trial_id"]))
-    paths = write_comparison(table, warnings, args.out or compare_folder(args.run_dirs))
+    runs = ", ".join(os.path.realpath(d) for d in args.run_dirs)
+    out = _folder(args.out, compare_folder(args.run_dirs), "comparison", runs)
+    paths = write_comparison(table, warnings, out)
     for fmt, path in paths.items():
         print(f"{fmt:<6} {path}")
     return 0
@@ -73,7 +105,11 @@ REPORT = Command(
         Arg("--test", choices=["permutation", "t", "wilcoxon"], default="permutation"),
         Arg("--correction", choices=["holm", "bonferroni", "bh", "none"], default="holm"),
         *PICK,
-        Arg("--out", path="output folder", help="output folder (default: reports/<run-name>)"),
+        Arg(
+            "--out",
+            path="output folder",
+            help="output folder (default: reports/<run-name>, or -2, -3, ... if another's)",
+        ),
         MLFLOW,
     ),
     run=_report,
@@ -88,7 +124,7 @@ COMPARE = Command(
         Arg(
             "--out",
             path="output folder",
-            help="output folder for compare.md/.csv (default: reports/<run-name>)",
+            help="output folder for compare.md/.csv (default: reports/<run-name>, or -2, ...)",
         ),
     ),
     run=_compare,

@@ -80,7 +80,13 @@ def _run_config(args: argparse.Namespace) -> ExperimentConfig:
     overrides = list(args.set or ())
     if args.sample is not None:
         overrides.append(f"dataset.sample={json.dumps(args.sample)}")
-    config = load_config(args.config, overrides)
+    try:
+        config = load_config(args.config, overrides)
+    except ConfigError as exc:  # --sample is applied as a --set: name the flag the user gave
+        blamed = f"--set {overrides[-1]}:" if args.sample is not None else None
+        if blamed is None or blamed not in str(exc):
+            raise
+        raise ConfigError(str(exc).replace(blamed, f"--sample {args.sample}:")) from None
     dataset: dict[str, str | None] = {}
     if args.dataset:  # another set: its own labels unless --queries gives them
         given = Path(args.dataset)

@@ -29,7 +29,7 @@ from typing import IO
 from tqdm.auto import tqdm
 
 from ragbench.data.beir import is_beir
-from ragbench.errors import ConfigError, RagbenchError, path_problem
+from ragbench.errors import ConfigError, DataError, RagbenchError, path_problem
 from ragbench.owned import added, owned, seal
 
 __all__ = ["BEIR_DATASETS", "BEIR_URL", "Download", "data_dir", "download_beir"]
@@ -105,7 +105,7 @@ def download_beir(
     """
     if name not in BEIR_DATASETS:
         raise ConfigError(f"unknown BEIR dataset {name!r}; known: {', '.join(BEIR_DATASETS)}")
-    base = base_url or os.environ.get("RAGBENCH_BEIR_URL") or BEIR_URL
+    base = _base(base_url)
     url = f"{base.rstrip('/')}/{name}.zip"
     root = Path(directory) if directory is not None else data_dir()
     target = root / name
@@ -127,6 +127,23 @@ def download_beir(
         seal(unpacked, _DOWNLOAD)
         _install(unpacked, target)
     return Download(target, url, downloaded=True, verified=expected is not None)
+
+
+def _base(base_url: str | None) -> str:
+    """The URL sets are fetched under: ``base_url`` (``--url``), ``RAGBENCH_BEIR_URL`` or the
+    UKP server; ``ConfigError`` naming where it came from when it is no http(s) URL (the check
+    ``ingest`` makes of a URL, ``web.split_url``), before anything is written."""
+    from ragbench.text.web import split_url
+
+    configured = os.environ.get("RAGBENCH_BEIR_URL")
+    where, base = ("--url", base_url) if base_url else ("RAGBENCH_BEIR_URL", configured)
+    if not base:
+        return BEIR_URL
+    try:
+        split_url(base, base)
+    except DataError as exc:
+        raise ConfigError(f"{where} {exc}") from None
+    return base
 
 
 def _present(target: Path, name: str, force: bool) -> bool:

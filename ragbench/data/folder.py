@@ -26,13 +26,20 @@ import os
 from pathlib import Path
 
 from ragbench.data.labeled import LabeledSet
-from ragbench.data.problems import Problem, ProblemLog
+from ragbench.data.problems import (
+    DEFAULT_SPLIT,
+    Problem,
+    ProblemLog,
+    check_split_case,
+    jsonl_records,
+)
 from ragbench.data.spans import JudgedQuery, check_splits, labeled_set, read_corpus, read_queries
 from ragbench.errors import DataError, command_line
 from ragbench.text.loaders import DirectoryLoader
+from ragbench.text.loaders.decode import not_regular
 from ragbench.types import Document
 
-__all__ = ["QUERIES", "check_folder", "is_folder", "load_folder", "no_labels"]
+__all__ = ["QUERIES", "check_folder", "is_folder", "load_folder", "no_labels", "query_splits"]
 
 StrPath = str | os.PathLike[str]
 
@@ -41,8 +48,9 @@ QUERIES = "queries.jsonl"
 
 def is_folder(path: Path) -> bool:
     """Whether ``path`` is a folder with a ``queries.jsonl`` (one with a ``corpus/`` too is
-    the span format: formats are detected in ``ragbench.data.catalog.FORMATS``' order)."""
-    return path.is_dir() and (path / QUERIES).is_file()
+    the span format: formats are detected in ``ragbench.data.catalog.FORMATS``' order); one
+    that is no regular file (a FIFO) counts, so that reading it says what it is."""
+    return path.is_dir() and os.path.lexists(path / QUERIES)
 
 
 def load_folder(path: StrPath, split: str = "test", queries: StrPath | None = None) -> LabeledSet:
@@ -62,7 +70,15 @@ def check_folder(path: StrPath, queries: StrPath | None = None) -> list[Problem]
     log = ProblemLog(strict=False)
     _, judged, file = _read(Path(path), queries, log)
     check_splits(judged, file, log)
+    check_split_case(log, file, [q.split for q in judged])
     return log.problems
+
+
+def query_splits(file: Path) -> list[str]:
+    """The split of each query line of the queries file ``file`` (unreadable lines left out,
+    as loading reports them), for ``datasets info`` to find splits named alike but for case."""
+    log = ProblemLog(strict=False)
+    return [str(record.get("split", DEFAULT_SPLIT)) for _, record in jsonl_records(file, log)]
 
 
 def no_labels(root: Path) -> str:
@@ -82,15 +98,23 @@ def _read(
     """The documents, the judged queries (every split) and the queries file of ``root``."""
     top = root / QUERIES
     file = top if queries is None else Path(queries)
-    if queries is None and not top.is_file():
+    if queries is None and not os.path.lexists(top):
         raise DataError(no_labels(root))
     if not file.is_file():
-        missing = "not a file" if file.exists() else "no such file"
-        raise DataError(f"{file}: {missing} (the queries file for {root})")
+        raise DataError(f"{file}: {_not_file(file)} (the queries file for {root})")
     if top.is_file() and not _same(top, file):
         log.warn(top, None, f"not read: the queries come from {file}")
     documents = read_corpus(root, log, DirectoryLoader(root, skip_files=(top, file)))
     return documents, read_queries(file, documents, f"{root.resolve().name}/", log), file
+
+
+def _not_file(path: Path) -> str:
+    """Why ``path``, which is no regular file, cannot be the queries file."""
+    if not path.exists():
+        return "no such file"
+    if path.is_dir():
+        return "a folder, not a file"
+    return (not_regular(path) or "not a file").removesuffix(": not read")
 
 
 def _same(first: Path, second: Path) -> bool:

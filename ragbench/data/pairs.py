@@ -31,15 +31,25 @@ from ragbench.data.generate import IctMethod, held_out
 from ragbench.data.labeled import LabeledSet
 from ragbench.types import Document
 
-__all__ = ["TrainingPairs", "generated_pairs", "generated_source", "split_pairs", "tiles"]
+__all__ = [
+    "MIN_PAIRS",
+    "TrainingPairs",
+    "generated_pairs",
+    "generated_source",
+    "split_pairs",
+    "tiles",
+]
+
+MIN_PAIRS = 2  # a batch needs two pairs: each one's positive is the other's negative
 
 
 @dataclass(frozen=True)
 class TrainingPairs:
     """Parallel rows of (query id, query text, positive document id, positive passage), the
     pool of passages hard negatives are drawn from (id → text) with the document of each
-    (``owners``; a passage id is its document's id when absent), and where the pairs came from
-    (``source``: a split's name or the generator's settings)."""
+    (``owners``; a passage id is its document's id when absent), where the pairs came from
+    (``source``: a split's name or the generator's settings; part of the cache key) and whether
+    they were ``generated`` from the documents alone."""
 
     source: str
     query_ids: tuple[str, ...]
@@ -48,6 +58,7 @@ class TrainingPairs:
     positives: tuple[str, ...]
     passages: Mapping[str, str] = field(repr=False)
     owners: Mapping[str, str] = field(default_factory=dict, repr=False)
+    generated: bool = False
 
     def owner(self, passage_id: str) -> str:
         """The document the pool passage ``passage_id`` was cut from."""
@@ -55,6 +66,31 @@ class TrainingPairs:
 
     def __len__(self) -> int:
         return len(self.queries)
+
+    @property
+    def origin(self) -> str:
+        """Where the pairs came from, for a message: from how many documents, and which split
+        (``source`` spells out the generator's settings, too much for a line)."""
+        documents = len({self.owner(passage_id) for passage_id in self.passages})
+        counted = f"{documents:,} document{'s' if documents != 1 else ''}"
+        return f"generated from {counted}" if self.generated else f"from {self.source} ({counted})"
+
+    def too_few(self, labeled: str) -> str | None:
+        """Why these pairs cannot train a model (fewer than two leave a batch no negative), with
+        what to do; ``labeled`` names the way to train on judged queries instead (a flag or a
+        config key, as the caller spells it). None when there are enough."""
+        if len(self) >= MIN_PAIRS:
+            return None
+        got = f"{len(self)} pair{'s' if len(self) != 1 else ''} {self.origin}"
+        if self.generated:
+            words = IctMethod().min_words
+            fix = (
+                f"give more documents, or documents with more prose (a pair is a sentence of "
+                f"{words} or more words cut out of one), or train on judged queries ({labeled})"
+            )
+        else:
+            fix = "judge more queries of the split, each with a relevant document in the set"
+        return f"{got}; training needs {MIN_PAIRS} or more: {fix}"
 
     @property
     def key(self) -> str:
@@ -145,7 +181,8 @@ def generated_pairs(documents: Sequence[Document], n: int, seed: int, width: int
         text = texts.get(doc_id, docs[doc_id].text)
         rows.append((f"g{i}", draft.text, doc_id, _tile_at(text, at, width)))
     cut_docs = [Document(d.id, texts.get(d.id, d.text)) for d in documents]
-    return _pairs(generated_source(n, seed), rows, *_pool(cut_docs, width, every_tile=True))
+    pool = _pool(cut_docs, width, every_tile=True)
+    return _pairs(generated_source(n, seed), rows, *pool, generated=True)
 
 
 def generated_source(n: int, seed: int) -> str:
@@ -160,8 +197,9 @@ def _pairs(
     rows: Sequence[tuple[str, str, str, str]],
     pool: dict[str, str],
     owners: dict[str, str],
+    generated: bool = False,
 ) -> TrainingPairs:
     columns = [tuple(column) for column in zip(*rows, strict=True)] if rows else [()] * 4
     ids, texts, doc_ids, positives = columns
     moved = {k: v for k, v in owners.items() if k != v}  # only tiles past the first
-    return TrainingPairs(source, ids, texts, doc_ids, positives, pool, moved)
+    return TrainingPairs(source, ids, texts, doc_ids, positives, pool, moved, generated)

@@ -22,6 +22,7 @@ import gzip
 import json
 import logging
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,9 +43,11 @@ __all__ = [
     "check_corpus",
     "check_default_split",
     "check_judged",
+    "check_split_case",
     "csv_records",
     "jsonl_records",
     "loads_json",
+    "split_case",
     "text_lines",
     "unencodable",
 ]
@@ -297,3 +300,31 @@ def check_default_split(log: ProblemLog, where: object, splits: Iterable[str]) -
             f"no split {DEFAULT_SPLIT!r}, which `ragbench run` evaluates unless the config's "
             f"dataset.split names another (splits found: {', '.join(found)})",
         )
+
+
+def split_case(splits: Iterable[str]) -> list[str]:
+    """One line for each split whose name differs from another's (or ``DEFAULT_SPLIT``'s) only
+    by case, counting its queries (``splits`` holds each query's split): splits are
+    case-sensitive, so a hand-typed ``TEST`` silently leaves its queries out of ``test``."""
+    counts = Counter(splits)
+    names = set(counts) | {DEFAULT_SPLIT}
+    lines = []
+    for name, count in sorted(counts.items()):
+        rivals = [o for o in names if o != name and o.casefold() == name.casefold()]
+        if name == DEFAULT_SPLIT or not rivals:
+            continue
+        other = DEFAULT_SPLIT if DEFAULT_SPLIT in rivals else max(rivals, key=counts.__getitem__)
+        if other != DEFAULT_SPLIT and (counts[other], other) < (count, name):
+            continue  # said of the other: the smaller split is the misspelt one
+        queries = "1 query" if count == 1 else f"{count:,} queries"
+        verb = "is" if count == 1 else "are"
+        lines.append(
+            f"{queries} of split {name!r} {verb} not in split {other!r} (splits are case-sensitive)"
+        )
+    return lines
+
+
+def check_split_case(log: ProblemLog, where: object, splits: Iterable[str]) -> None:
+    """Record a warning for each split named like another but for case (``split_case``)."""
+    for line in split_case(splits):
+        log.warn(where, None, line)

@@ -34,6 +34,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ragbench.data.labeled import LabeledSet
+from ragbench.errors import DataError
 from ragbench.types import Document
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "check_size",
     "choose",
     "documents_for",
+    "ranked_text",
     "recorded",
     "sample_set",
 ]
@@ -112,17 +114,56 @@ class Sampled:
         return found
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> Sampled:
-        """The sample ``as_dict`` wrote."""
+    def from_dict(cls, values: Mapping[str, Any], where: str = "dataset.sample") -> Sampled:
+        """The sample ``as_dict`` wrote, checked: ``DataError`` naming ``where`` (the file and
+        key it was read from) and the field when a value has another type or is out of range
+        (more documents or queries kept than there are)."""
+
+        def wrong(key: str, value: Any, expected: str) -> DataError:
+            return DataError(f"{where}.{key}: expected {expected}, got {value!r}")
+
+        def count(key: str, low: int) -> int | None:
+            value = values.get(key)
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < low
+            ):
+                raise wrong(key, value, f"an integer >= {low}")
+            return value
+
+        def needed(key: str, low: int) -> int:
+            found = count(key, low)
+            if found is None:
+                raise wrong(key, found, f"an integer >= {low}")
+            return found
+
+        def texts(key: str) -> tuple[str, ...]:
+            value = values.get(key, [])
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise wrong(key, value, "a list of strings")
+            return tuple(value)
+
+        if not isinstance(values, Mapping):
+            raise DataError(f"{where}: expected a JSON object, got {values!r}")
+        documents, of = needed("documents", 1), needed("of", 1)
+        queries, queries_of = count("queries", 0), count("queries_of", 0)
+        if documents > of:
+            raise wrong("documents", documents, f"at most the {of} documents of 'of'")
+        if (queries is None) != (queries_of is None):
+            raise DataError(f"{where}: 'queries' and 'queries_of' go together; one is missing")
+        if queries is not None and queries_of is not None and queries > queries_of:
+            raise wrong("queries", queries, f"at most the {queries_of} of 'queries_of'")
+        source = values.get("source")
+        if source is not None and not isinstance(source, str):
+            raise wrong("source", source, "a string")
         return cls(
-            documents=int(values["documents"]),
-            of=int(values["of"]),
-            seed=int(values["seed"]),
-            queries=values.get("queries"),
-            queries_of=values.get("queries_of"),
-            source=values.get("source"),
-            include=tuple(values.get("include", ())),
-            exclude=tuple(values.get("exclude", ())),
+            documents=documents,
+            of=of,
+            seed=needed("seed", 0),
+            queries=queries,
+            queries_of=queries_of,
+            source=source,
+            include=texts("include"),
+            exclude=texts("exclude"),
         )
 
     def text(self) -> str:
@@ -132,6 +173,15 @@ class Sampled:
         if self.queries is not None and self.queries_of is not None:
             line += f", {self.queries:,} of {self.queries_of:,} queries"
         return line
+
+
+def ranked_text(dataset: Mapping[str, Any]) -> str:
+    """The documents a run ranked, from its manifest's ``dataset``: ``a sample of 10 of 58
+    documents (seed 0)``, or ``all 58 documents``."""
+    found = dataset.get("sample")
+    if found is None:
+        return f"all {dataset['documents']:,} documents"
+    return f"a sample of {Sampled.from_dict(found).text()}"
 
 
 def _rank(seed: int, doc_id: str) -> bytes:
@@ -225,5 +275,6 @@ def recorded(labeled: LabeledSet) -> Sampled | None:
     for query in labeled.queries:
         generator = query.metadata.get("generator")
         if isinstance(generator, Mapping) and isinstance(generator.get("sample"), Mapping):
-            return Sampled.from_dict(generator["sample"])
+            where = f"{labeled.name}: query {query.id!r}: generator.sample"
+            return Sampled.from_dict(generator["sample"], where)
     return None

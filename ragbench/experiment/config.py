@@ -472,6 +472,19 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
             node = node[step]
 
 
+def _blamed(line: str, where: str, overrides: Sequence[str]) -> str:
+    """A validation error's ``key.path: problem`` line, blaming the last ``--set`` that gave
+    the key (or a key above it) its value, else the file (``where``)."""
+    key, _, problem = line.partition(": ")
+    for assignment in reversed(overrides):
+        path = assignment.partition("=")[0].strip()
+        if key == path:
+            return f"--set {assignment}: {problem}"
+        if key.startswith((f"{path}.", f"{path}[")):
+            return f"--set {assignment}: {line}"
+    return where + line
+
+
 def load_config(
     source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()
 ) -> ExperimentConfig:
@@ -506,12 +519,13 @@ def load_config(
     try:
         config = ExperimentConfig.model_validate(data)
     except ValidationError as exc:
-        message = format_validation_error("", exc).replace("\n", "\n" + where)
-        raise ConfigError(where + message) from None
+        lines = format_validation_error("", exc).splitlines()
+        raise ConfigError("\n".join(_blamed(line, where, overrides) for line in lines)) from None
     try:
         expand(config)
     except ConfigError as exc:
-        raise ConfigError(where + str(exc)) from None
+        lines = str(exc).splitlines()
+        raise ConfigError("\n".join(_blamed(line, where, overrides) for line in lines)) from None
     return config
 
 

@@ -33,7 +33,7 @@ from ragbench.experiment.store import TrialResult
 from ragbench.experiment.trial import RunSpec, run_trial
 from ragbench.index.cache import default_cache_root
 
-__all__ = ["dask_client", "execute"]
+__all__ = ["check_workers", "dask_client", "execute"]
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +212,13 @@ def _dask_results(
             cluster.close()
 
 
+def check_workers(workers: int) -> None:
+    """``ConfigError`` naming ``--workers`` unless it is at least 1 (a pool or cluster of no
+    worker would wait for ever)."""
+    if workers < 1:
+        raise ConfigError(f"--workers: expected at least 1, got {workers}")
+
+
 def execute(
     spec: RunSpec,
     trials: Sequence[Trial],
@@ -224,8 +231,7 @@ def execute(
         return iter(())
     if executor == "serial":
         return _serial(spec, trials)
-    if workers < 1:
-        raise ConfigError(f"--workers: expected at least 1, got {workers}")
+    check_workers(workers)
     if executor == "process":
         return _process(spec, trials, workers)
     if executor == "dask":

@@ -180,6 +180,12 @@ def _compatible(old: Mapping[str, Any], new: Mapping[str, Any], path: Path) -> N
     dataset, queries and evaluation, and a sweep that keeps every trial the run planned (it
     may add some; trials another sweep planned would be reported beside the new ones as if one
     config had planned them all)."""
+    changed = _sample_change(old, new)
+    if changed and old.get("dataset_fingerprint") != new.get("dataset_fingerprint"):
+        raise ConfigError(
+            f"{path}: cannot resume, the sample changed since the run started ({changed}); "
+            "use a new --out or --overwrite, or the run's sample"
+        )
     for key in ("dataset_fingerprint", "queries", "evaluation"):
         before, now = old.get(key), new.get(key)
         if key == "queries" and isinstance(before, Mapping):  # what a run before `of` recorded
@@ -197,6 +203,26 @@ def _compatible(old: Mapping[str, Any], new: Mapping[str, Any], path: Path) -> N
             f"its {len(old['trials'])} trials are not in this config's sweep, which adds "
             f"{len(added)}); use a new --out or --overwrite"
         )
+
+
+def _sample_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    """How the config's ``dataset.sample`` (or its seed) of the run ``old`` differs from the
+    one of ``new`` (``10 documents then, 20 now``), or "" when they are the same."""
+
+    def size(manifest: Mapping[str, Any]) -> str:
+        value = manifest.get("config", {}).get("dataset", {}).get("sample")
+        if value is None:
+            return "every document"
+        return f"{value} documents" if isinstance(value, int) else f"{value} of the documents"
+
+    def seed(manifest: Mapping[str, Any]) -> object:
+        return manifest.get("config", {}).get("dataset", {}).get("sample_seed", 0)
+
+    if size(old) != size(new):
+        return f"{size(old)} then, {size(new)} now"
+    if seed(old) != seed(new) and size(new) != "every document":
+        return f"seed {seed(old)} then, {seed(new)} now"
+    return ""
 
 
 def _check_limit(limit_queries: int | None) -> None:

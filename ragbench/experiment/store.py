@@ -50,7 +50,7 @@ from filelock import FileLock, Timeout
 
 from ragbench.data import load_dataset
 from ragbench.data.labeled import LabeledSet
-from ragbench.data.sample import sample_set
+from ragbench.data.sample import Sampled, sample_set
 from ragbench.data.trec import write_ranking
 from ragbench.errors import ConfigError, DataError, RagbenchError
 from ragbench.owned import MARKER, claim
@@ -447,6 +447,9 @@ class RunStore:
         if not self.exists():
             raise DataError(f"{self.path}: not a ragbench run directory (no manifest.json)")
         manifest: dict[str, Any] = read_json(self.manifest_path, _MANIFEST, "manifest")
+        sample = manifest["dataset"].get("sample")
+        if sample is not None:  # every field checked, ranges too (ragbench.data.sample)
+            Sampled.from_dict(sample, f"{self.manifest_path}: dataset.sample")
         return manifest
 
     @contextmanager

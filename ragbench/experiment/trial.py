@@ -116,6 +116,12 @@ class Context:
                 labeled, config.dataset.sample, config.dataset.sample_seed
             )
             self.sample = applied or self.sample
+            if applied is not None and applied.queries == 0:
+                raise ConfigError(
+                    f"dataset.sample: the sample of {applied.documents:,} document(s) keeps "
+                    f"none of the {applied.queries_of:,} queries (each one's judged documents "
+                    "would fill more than half of it); use a larger --sample (or --sample all)"
+                )
             if applied is not None and applied.queries is not None:
                 log.warning(
                     "dataset.sample: the documents the queries are judged on would fill more "

@@ -81,6 +81,7 @@ __all__ = [
     "TrainedOn",
     "Tunable",
     "TunedModel",
+    "base_problem",
     "mine_negatives",
     "planned_steps",
     "query_digest",
@@ -435,7 +436,27 @@ def _batches(
     return steps
 
 
+def base_problem(base: str) -> str | None:
+    """Why ``base``, a local path (after ``resolve_model``), holds no model to train: a file, or
+    a folder with neither sentence-transformers' ``modules.json`` nor a ``config.json`` naming
+    its ``model_type`` (a collection, a run folder). None otherwise, and for a hub id: this is
+    the check before loading, which would fail deep inside transformers."""
+    local = Path(resolve_model(base)).expanduser()
+    if not local.exists() or (local / "modules.json").is_file():
+        return None
+    try:
+        config = json.loads((local / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = None
+    if isinstance(config, dict) and isinstance(config.get("model_type"), str):
+        return None
+    return "not a sentence-transformers model folder (no config.json with a model_type)"
+
+
 def _load(family: Family, base: str, max_length: int) -> Any:
+    problem = base_problem(base)
+    if problem is not None:
+        raise FinetuneError(f"finetune: base model {base}: {problem}")
     hub_offline()
     if family == "bi-encoder":
         from sentence_transformers import SentenceTransformer
@@ -729,13 +750,15 @@ def train(
     import torch
 
     loss = config.loss_for(family)
-    if len(pairs) < 2:
-        raise FinetuneError(f"finetune: {pairs.source} gives {len(pairs)} pair(s); 2 or more")
+    too_few = pairs.too_few("pairs: select")
+    if too_few is not None:
+        raise FinetuneError(f"finetune: {too_few}")
     negatives = mine_negatives(pairs, config.negatives, config.n_negatives, embed)
     if loss in _NEED_NEGATIVES and not any(negatives):
         raise FinetuneError(
-            f"finetune: {loss} needs hard negatives and {pairs.source} has none (every pool "
-            "passage is cut from a positive's document); use loss: mnrl with negatives: none"
+            f"finetune: {loss} needs hard negatives and the pairs {pairs.origin} have none "
+            "(every pool passage is cut from a positive's document); use loss: mnrl with "
+            "negatives: none"
         )
     if work.exists() and not work.is_dir():  # damage in the cache: the checkpoints' place
         log.warning("training: %s is a file where its checkpoints belong; removing it", work)
@@ -751,7 +774,9 @@ def train(
     rows = _rows(pairs, negatives, margins, split=loss == "margin_mse")
     steps = training_steps(loss, pairs, [len(found) for found in negatives], config)
     if not steps:
-        raise FinetuneError(f"finetune: {pairs.source} gives no batch of two distinct pairs")
+        raise FinetuneError(
+            f"finetune: the pairs {pairs.origin} give no batch of two distinct pairs"
+        )
     objective = _objective(loss, model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
     warm, total = max(1, int(config.warmup * len(steps))), len(steps)

@@ -42,6 +42,7 @@ import pandas as pd
 from scipy import stats
 
 from ragbench.data.catalog import dataset_format, resolve_dataset
+from ragbench.data.sample import ranked_text
 from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.metrics import TIE_RTOL, parse_metric
 from ragbench.evaluate.significance import bootstrap_means
@@ -90,6 +91,8 @@ class Agreement:
     left_out: tuple[str, ...] = ()
     runs: tuple[Path, Path] | None = None
     queries: tuple[int, int] | None = None
+    documents: tuple[str, str] | None = None
+    """The documents each run ranked (``all 58 documents``, ``a sample of 20 of 58 ...``)."""
     top: int = 3
     tau_ci: tuple[float, float] | None = None
     confidence: Mapping[str, PickConfidence] = field(default_factory=dict)
@@ -167,6 +170,8 @@ class Agreement:
         ]
         if self.queries is not None:
             rows.append(("queries", f"real {self.queries[0]:,}, synthetic {self.queries[1]:,}"))
+        if self.documents is not None:
+            rows.append(("documents", f"real {self.documents[0]}, synthetic {self.documents[1]}"))
         rows += [
             ("Kendall τ-b", _coefficient(self.tau, self.tau_p, trials, self.tau_ci)),
             ("Spearman ρ", _coefficient(self.rho, self.rho_p, trials)),
@@ -526,12 +531,14 @@ def agreement(
     found = compare_rankings(
         values[0][keep], values[1][keep], name, labels, top, tables, n_resamples, seed
     )
-    real_queries, synthetic_queries = (int(s.manifest()["queries"]["count"]) for s in stores)
+    manifests = [s.manifest() for s in stores]
+    real_queries, synthetic_queries = (int(m["queries"]["count"]) for m in manifests)
     return replace(
         found,
         left_out=tuple(sorted(labels.drop(keep))),
         runs=(stores[0].path, stores[1].path),
         queries=(real_queries, synthetic_queries),
+        documents=(ranked_text(manifests[0]["dataset"]), ranked_text(manifests[1]["dataset"])),
     )
 
 
@@ -567,6 +574,13 @@ def run_agreement(
     ``metric`` (default: the config's first metric, which must be one it evaluates), with
     ``n_resamples`` bootstrap resamples (``seed``)."""
     cfg = config if isinstance(config, ExperimentConfig) else load_config(config)
+    if cfg.dataset.sample is not None:
+        where = f"{config}: " if isinstance(config, str | Path) else ""
+        raise ConfigError(
+            f"{where}dataset.sample: a sample draws each set's own documents (those its "
+            "queries judge), so the two sweeps would rank different corpora; agreement runs "
+            "on every document (sample: all)"
+        )
     if metric is not None:
         try:
             wanted = parse_metric(metric).name

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
+from ragbench.data.sample import ranked_text
 from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.metrics import best_first, parse_metric
 from ragbench.experiment.store import RunStore
@@ -24,6 +26,7 @@ def _differences(manifests: dict[str, dict]) -> list[str]:
         "dataset fingerprint": lambda m: m["dataset_fingerprint"][:16],
         "split": lambda m: m["dataset"]["split"],
         "queries": lambda m: m["queries"]["count"],
+        "documents": lambda m: ranked_text(m["dataset"]),
         "depth": lambda m: m["evaluation"]["depth"],
         "evaluation level": lambda m: m["evaluation"]["level"],
         "relevance level": lambda m: m["evaluation"]["relevance_level"],
@@ -34,6 +37,14 @@ def _differences(manifests: dict[str, dict]) -> list[str]:
             listed = ", ".join(f"{run}: {value}" for run, value in values.items())
             warnings.append(f"runs differ in {what} ({listed})")
     return warnings
+
+
+def _names(manifests: dict[str, dict]) -> dict[str, str]:
+    """Each run's name in the table: its config's name, with its folder when another run
+    compared has the same name."""
+    names = {run: str(m["config"]["name"]) for run, m in manifests.items()}
+    counts = Counter(names.values())
+    return {run: name if counts[name] == 1 else f"{name} ({run})" for run, name in names.items()}
 
 
 def compare_runs(
@@ -73,7 +84,7 @@ def compare_runs(
     if len({tuple(c) for c in cutoffs.values()}) > 1:
         listed = ", ".join(f"{run}: {', '.join(c) or 'none'}" for run, c in cutoffs.items())
         warnings.append(f"runs measured {family} at different cutoffs ({listed})")
-    frames = []
+    frames, names = [], _names(manifests)
     for run, manifest in manifests.items():
         store = RunStore(run)
         trials = store.trials()
@@ -84,12 +95,21 @@ def compare_runs(
             warnings.append(f"{run} has no {metric}; its trials are left out")
             continue
         trials = trials[trials["status"] == "ok"].copy()
-        trials.insert(0, "run", manifest["config"]["name"])
+        trials.insert(0, "run", names[run])
+        trials.insert(1, "documents", ranked_text(manifest["dataset"]))
         frames.append(trials)
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if table.empty or metric not in table.columns:
         raise DataError(f"{', '.join(manifests)}: no finished trial with {metric!r}")
-    columns = ["run", "trial_id", "label", metric, "latency.total.p50_ms", "latency.total.p95_ms"]
+    columns = [
+        "run",
+        "documents",
+        "trial_id",
+        "label",
+        metric,
+        "latency.total.p50_ms",
+        "latency.total.p95_ms",
+    ]
     table = table[[c for c in columns if c in table.columns]]
     return best_first(table, metric), warnings
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,6 @@ __all__ = [
 
 SNAPSHOTS = "snapshots"
 SHARDS = "batches"
-_KEPT = 2  # snapshots kept: a reader loading the older one is never left without it
 
 
 def _folder(stage_name: str) -> str:
@@ -85,15 +84,28 @@ def write_snapshot(root: Path, plan: Plan, values: Mapping[str, Any], batch: int
                 seal(folder)
 
 
-def load_snapshot(root: Path, plan: Plan, batch: int) -> dict[str, Any]:
+def load_snapshot(
+    root: Path, plan: Plan, batch: int, required: Collection[str] = ()
+) -> dict[str, Any]:
     """The values of the snapshot that includes the batches up to ``batch`` (none for -1),
-    each stage's files checked against their seal; damage is a ``DataError`` naming it."""
+    each stage's files checked against their seal; the snapshot's folder, and the folders of
+    the stages ``required`` (those the store holds chunks for), must be there. Damage is a
+    ``DataError`` naming it."""
     if batch < 0:
         return {}
+    where = root / SNAPSHOTS / str(batch)
+    if not where.is_dir():
+        raise DataError(
+            f"{where}: missing: the collection's store says its indexes were saved there"
+        )
     found: dict[str, Any] = {}
     for stage in snapshot_stages(plan):
-        folder = root / SNAPSHOTS / str(batch) / _folder(stage.name)
+        folder = where / _folder(stage.name)
         if not folder.is_dir():
+            if stage.name in required:
+                raise DataError(
+                    f"{folder}: missing: the collection's index {stage.name!r} was saved there"
+                )
             continue
         damage = seal_damage(folder)
         if damage is not None:
@@ -130,11 +142,14 @@ def load_shard(root: Path, stage: Stage, batch: int) -> Any | None:
 
 
 def prune(root: Path, snapshot: int) -> None:
-    """Remove the snapshots older than the last ``_KEPT`` and the shards ``snapshot``
-    includes."""
+    """Keep the snapshot ``snapshot`` and the one before it; remove the other snapshots (older
+    ones, and any newer one a killed ingest wrote but never recorded), every shard
+    ``snapshot`` includes and the temporary folders a killed writer left."""
     held = sorted(int(p.name) for p in (root / SNAPSHOTS).glob("[0-9]*") if p.name.isdigit())
-    for old in held[:-_KEPT]:
-        shutil.rmtree(root / SNAPSHOTS / str(old), ignore_errors=True)
-    for shard in (root / SHARDS).glob("[0-9]*"):
-        if shard.name.isdigit() and int(shard.name) <= snapshot:
-            shutil.rmtree(shard, ignore_errors=True)
+    kept = {snapshot, max((n for n in held if n < snapshot), default=snapshot)}
+    gone = [root / SNAPSHOTS / str(n) for n in held if n not in kept]
+    shards = (root / SHARDS).glob("[0-9]*")
+    gone += [p for p in shards if p.name.isdigit() and int(p.name) <= snapshot]
+    gone += [*(root / SNAPSHOTS).glob(".tmp-*"), *(root / SHARDS).glob(".tmp-*")]
+    for folder in gone:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -50,6 +50,7 @@ CREATE TABLE IF NOT EXISTS batches (
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
+_TABLES = ("documents", "chunks", "batches", "meta")
 _CHUNK_COLUMNS = "id, doc_id, idx, start, stop, text, metadata"
 
 
@@ -106,10 +107,23 @@ class ChunkStore:
         self._local = threading.local()
         try:
             with self._db() as db:
+                if not create and not self._uri:
+                    self._check_tables(db)
                 db.executescript(_SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise DataError(f"{self.path}: not a readable collection store ({exc})") from None
         self._seq: dict[str, int] = {}
+
+    def _check_tables(self, db: sqlite3.Connection) -> None:
+        """An existing store holds every table an ingest made: one that is gone (an emptied
+        file, a table dropped) is damage, never an empty collection."""
+        found = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        missing = [t for t in _TABLES if t not in found]
+        if missing:
+            raise DataError(
+                f"{self.path}: no table {', '.join(missing)} (the collection's store was emptied "
+                "or damaged); ingest its source into a new collection"
+            )
 
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
@@ -223,6 +237,10 @@ class ChunkStore:
         sql = "SELECT id FROM documents WHERE origin = ? ORDER BY id"
         return [r[0] for r in self._query(sql, (origin,))]
 
+    def origins(self) -> list[str]:
+        """The sources the documents were indexed from, each once."""
+        return [r[0] for r in self._query("SELECT DISTINCT origin FROM documents ORDER BY 1")]
+
     def count_documents(self) -> int:
         """Number of documents."""
         return int(self._query("SELECT COUNT(*) FROM documents")[0][0])
@@ -314,6 +332,11 @@ class ChunkStore:
         self._db().execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     # ------------------------------------------------------------ for StoredChunkSet
+
+    def has_chunks(self, stage: str, upto: int) -> bool:
+        """Whether ``stage`` holds a chunk a batch up to ``upto`` added."""
+        sql = "SELECT 1 FROM chunks WHERE stage = ? AND batch <= ? LIMIT 1"
+        return bool(self._query(sql, (stage, upto)))
 
     def count_chunks(self, stage: str) -> int:
         return int(self._query("SELECT COUNT(*) FROM chunks WHERE stage = ?", (stage,))[0][0])

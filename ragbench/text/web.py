@@ -29,7 +29,15 @@ from ragbench import __version__
 from ragbench.endpoints import is_loopback
 from ragbench.errors import DataError
 
-__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_TIMEOUT", "USER_AGENT", "Fetched", "fetch", "redact"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_TIMEOUT",
+    "USER_AGENT",
+    "Fetched",
+    "fetch",
+    "redact",
+    "split_url",
+]
 
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 DEFAULT_TIMEOUT = 20.0
@@ -77,7 +85,7 @@ def _fetch(url: str, max_bytes: int, timeout: float, robots: bool, user_agent: s
     current = url
     rules: dict[str, urllib.robotparser.RobotFileParser] = {}
     for _ in range(_MAX_REDIRECTS + 1):
-        parts = _split(current, url)
+        parts = split_url(current, url)
         with _client(parts, timeout, user_agent) as client:
             if robots:
                 origin = f"{parts.scheme}://{parts.netloc}"
@@ -99,7 +107,7 @@ def _fetch(url: str, max_bytes: int, timeout: float, robots: bool, user_agent: s
     raise DataError(f"{url}: more than {_MAX_REDIRECTS} redirects")
 
 
-def _split(target: str, url: str) -> SplitResult:
+def split_url(target: str, url: str) -> SplitResult:
     """``target`` (``url`` or a page it redirected to) in parts; ``DataError`` unless it is an
     http(s) URL with a host and a valid port."""
     try:
