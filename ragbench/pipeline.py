@@ -477,27 +477,57 @@ class RAGPipeline:
                     for doc_id in adopted:
                         self._store.adopt(doc_id, where)
             if where:
-                for doc_id in self._store.unseen(where):
-                    report.chunks_removed += self.delete_document(doc_id)
-                    report.documents_removed += 1
+                self._mirror(where, report, {os.path.realpath(p.path) for p in problems})
             span.set(documents=report.documents_indexed, chunks=report.chunks_stored)
         report.skipped = list(problems)
         self._snapshot(force=True)
         report.duration_s = time.perf_counter() - started
         return report
 
+    def _mirror(self, where: str, report: IndexReport, skipped: set[str]) -> None:
+        """Remove the documents indexed from ``where`` that it no longer gives: deleted files,
+        or files the globs now leave out. A file still there that failed to load this time
+        (``skipped``: real paths) keeps its last indexed version; a source that gave no
+        document at all while the collection holds some of it is a ``DataError`` (an
+        unmounted share, a checkout half done), and nothing is removed."""
+        gone = [
+            doc_id
+            for doc_id in self._store.unseen(where)
+            if os.path.realpath(os.path.join(where, doc_id)) not in skipped
+        ]
+        if gone and not report.documents_loaded:
+            raise DataError(
+                f"{where}: gave no document, and the collection holds {len(gone):,} indexed "
+                "from it; nothing removed (if they are gone on purpose, delete the collection "
+                "or ingest into a new one)"
+            )
+        for doc_id in gone:
+            report.chunks_removed += self.delete_document(doc_id)
+            report.documents_removed += 1
+
     def _check_contained(self, where: str) -> None:
         """``DataError`` when the folder ``where`` holds a folder or file indexed already
-        (not a file right in it, whose id is its name): its documents, read again from
-        ``where`` under ids that start with their folder's name, would be indexed twice."""
-        if not os.path.isdir(where):
-            return
+        (not a file right in it, whose id is its name), or when ``where`` lies inside a
+        folder indexed already (not as a file right in it): the same files, read under ids
+        that start, or no longer start, with their folder's name, would be indexed twice."""
         for known in self._store.origins():
-            if _inside(known, where) and (os.path.isdir(known) or os.path.dirname(known) != where):
+            if os.path.isdir(where) and _inside(known, where):
+                if os.path.isdir(known) or os.path.dirname(known) != where:
+                    raise DataError(
+                        f"{where}: holds {known}, whose documents are in the collection "
+                        f"already under other ids (ingesting the folder would index them "
+                        f"twice); ingest {where} into a new collection"
+                    )
+            elif (
+                os.path.isabs(known)
+                and _inside(where, known)
+                and os.path.isdir(known)
+                and (os.path.isdir(where) or os.path.dirname(where) != known)
+            ):
                 raise DataError(
-                    f"{where}: holds {known}, whose documents are in the collection already "
-                    f"under other ids (ingesting the folder would index them twice); ingest "
-                    f"{where} into a new collection"
+                    f"{where}: lies inside {known}, whose documents are in the collection "
+                    f"already under other ids (ingesting it would index them twice); "
+                    f"ingest {known} again to update them, or {where} into a new collection"
                 )
 
     def update(self, document: Document) -> IndexReport:

@@ -305,11 +305,11 @@ def test_a_file_and_then_its_folder_are_one_source(
     assert _store(tmp_path / "db", "t", origins) == [("README.md", str(team)), ("a.md", str(team))]
     assert main(first) == 0  # the file again: still the folder's document
     assert _store(tmp_path / "db", "t", origins)[0] == ("README.md", str(team))
-    # another file of the same id is refused, its advice never the folder just refused
+    # a folder inside the ingested one is refused: its files are in the collection already
     (team / "sub" / "a.md").write_text("# Sub A\n\nconsumer rebalance heartbeat.\n")
     assert main(["ingest", "--source", str(team / "sub"), *db, "--collection", "t"]) == 2
     err = capsys.readouterr().err
-    assert f"indexed from {team}; ingest into another collection" in err
+    assert f"{team / 'sub'}: lies inside {team}, whose documents are in the collection" in err
     assert "common parent" not in err
     other = tmp_path / "teams" / "teamB"
     other.mkdir()
@@ -381,3 +381,44 @@ def test_ingest_checks_workers_as_run_does(
         == f"ragbench ingest: --workers: expected at least 1, got {workers}\n"
     )
     assert not (tmp_path / "db" / "w").exists()
+
+
+def test_a_folder_inside_an_ingested_one_is_refused_and_a_source_gone_empty_removes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    parent = tmp_path / "par"
+    for team, text in (("teamA", "leader replica offset"), ("teamB", "retention compaction")):
+        (parent / team).mkdir(parents=True)
+        (parent / team / "notes.md").write_text(f"# {team}\n\n{text} for {team}.\n")
+        (parent / team / "more.md").write_text(f"# More\n\n{text} again, {team}.\n")
+    db = ["--db", str(tmp_path / "db"), "--collection", "p"]
+    assert main(["ingest", "--source", str(parent), *db, "--config", json.dumps(BM25_400)]) == 0
+    capsys.readouterr()
+    docs = "SELECT id FROM documents ORDER BY id"
+    before = _store(tmp_path / "db", "p", docs)
+    for inner in (parent / "teamA", parent / "teamB" / "notes.md"):
+        assert main(["ingest", "--source", str(inner), *db]) == 2
+        err = capsys.readouterr().err
+        assert f"{inner}: lies inside {parent}, whose documents are in the collection" in err
+        assert len(err.splitlines()) == 1 and _store(tmp_path / "db", "p", docs) == before
+    # the folder comes back empty (an unmounted share): refused, nothing removed
+    moved = tmp_path / "moved"
+    parent.rename(moved)
+    parent.mkdir()
+    assert main(["ingest", "--source", str(parent), *db]) == 2
+    err = capsys.readouterr().err
+    assert f"{parent}: gave no document, and the collection holds 4 indexed from it" in err
+    assert _store(tmp_path / "db", "p", docs) == before
+    # a file still there that fails to load keeps its last indexed version; a deleted one goes
+    parent.rmdir()
+    moved.rename(parent)
+    (parent / "teamA" / "notes.md").write_bytes(b"\0binary now")
+    (parent / "teamB" / "more.md").unlink()
+    assert main(["ingest", "--source", str(parent), *db]) == 0
+    assert "removed 1" in capsys.readouterr().out
+    assert _store(tmp_path / "db", "p", docs) == [
+        ("teamA/more.md",),
+        ("teamA/notes.md",),
+        ("teamB/notes.md",),
+    ]
