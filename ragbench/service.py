@@ -204,6 +204,36 @@ def score_scale(pipeline: RAGPipeline, retriever: str | None = None) -> str:
     return scale or own.score_scale() or f"{own.kind} retriever score"
 
 
+def _check_filter(filter: Mapping[str, Any] | None) -> None:
+    """``RequestError`` naming ``filter`` for a value no chunk's metadata can equal as meant
+    (a list or an object: the filter is an exact match on one value per key)."""
+    for key, value in (filter or {}).items():
+        if isinstance(value, (list, dict)):
+            shown = json.dumps(value, default=repr)
+            raise RequestError(
+                "filter",
+                f"key {key!r}: expected one value to match exactly (a string, number or "
+                f"boolean), got {shown}",
+            )
+
+
+def _unknown_keys(pipeline: RAGPipeline, filter: Mapping[str, Any]) -> None:
+    """``RequestError`` naming ``filter`` when a search found nothing because no chunk has one
+    of its keys (a typo, or a field of the hits that is no metadata): an empty answer would
+    say nothing matches. Read only when a filtered search found nothing."""
+    keys: set[str] = set()
+    for chunk in pipeline.chunks.values():
+        keys.update(chunk.metadata)
+        if keys.issuperset(filter):
+            return
+    missing = sorted(set(filter) - keys)
+    raise RequestError(
+        "filter",
+        f"no chunk has the metadata key {', '.join(map(repr, missing))} (keys: "
+        f"{', '.join(sorted(keys)) or 'none'})",
+    )
+
+
 def search(
     pipeline: RAGPipeline,
     query: str,
@@ -215,6 +245,7 @@ def search(
     of ``pipeline.retrievers``), each with its place in every first-stage list; a query
     ``check_query`` refuses is a ``RequestError``, as in a request."""
     check_query(query)
+    _check_filter(filter)
     started = time.perf_counter()
     found = pipeline.search([query], k, filter, retriever)
     took_ms = (time.perf_counter() - started) * 1000
@@ -241,6 +272,8 @@ def search(
                 found_by={name: where.get(cid) for name, where in lists.items()},
             )
         )
+    if filter and not hits:
+        _unknown_keys(pipeline, filter)
     return SearchResult(
         query=query,
         retriever=retriever or pipeline.trial["retriever"].kind,

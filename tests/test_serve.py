@@ -134,6 +134,24 @@ def test_dense_scores_are_cosines_and_bm25_scores_bm25(server: SearchServer) -> 
     ]
 
 
+def test_a_filter_no_chunk_can_match_is_a_400_naming_it_not_an_empty_answer(
+    server: SearchServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for wrong, said in (
+        ({"tem": "ops"}, "filter: no chunk has the metadata key 'tem' (keys: "),
+        ({"team": ["ops"]}, "filter: key 'team': expected one value to match exactly"),
+    ):
+        found = _post(server, {"query": "keys retention", "filter": wrong})
+        assert found.status_code == 400 and found.json()["error"].startswith(said), found.text
+    nothing = _post(server, {"query": "keys retention", "filter": {"team": "nobody"}})
+    assert nothing.status_code == 200 and nothing.json()["hits"] == []  # a key some chunk has
+    _collection(tmp_path)
+    search = ["search", "keys", "--collection", "docs", "--db", str(tmp_path), "--filter"]
+    assert main([*search, '{"tem": "ops"}']) == 2
+    err = capsys.readouterr().err
+    assert "filter: no chunk has the metadata key 'tem'" in err and len(err.splitlines()) == 2
+
+
 def test_filter_and_health(server: SearchServer) -> None:
     found = _post(
         server, {"query": "keys retention access port", "k": 10, "filter": {"team": "ops"}}
