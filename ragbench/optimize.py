@@ -201,8 +201,8 @@ class Optimized:
 def _labels_key(
     documents: Sequence[Document], method: IctMethod, n: int, seed: int, sample: Sampled | None
 ) -> str:
-    """What the generated labels depend on: the documents' text, the method, the sampling of
-    queries and the sample of documents they are generated from."""
+    """What the generated labels depend on: the text of the documents they are generated from
+    (the sample's, when there is one), the method, the sampling of queries and the sample."""
     settings = {"method": method.name, **method.settings(), "n": n, "seed": seed}
     if sample is not None:
         settings["sample"] = sample.as_dict()
@@ -226,7 +226,10 @@ def _labels(
     ``labels-handwritten``, stays, and so does a set judged or edited by hand, said in one
     line)."""
     method = IctMethod()
-    target = out / f"labels-{_labels_key(documents, method, n, seed, sample)}"
+    picked = documents
+    if sample is not None:
+        picked = choose(documents, sample.documents, sample.seed)
+    target = out / f"labels-{_labels_key(picked, method, n, seed, sample)}"
     if (target / "queries.jsonl").is_file():
         return target, True, None
     for old in out.glob("labels-*"):
@@ -238,9 +241,6 @@ def _labels(
                 old,
                 kept,
             )
-    picked = documents
-    if sample is not None:
-        picked = choose(documents, sample.documents, sample.seed)
     made = generate_from(
         picked, target, method, n=n, seed=seed, where=where, problems=problems, sample=sample
     )

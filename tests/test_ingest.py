@@ -182,12 +182,24 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]
     return root / "run", trial, root / "demo" / "corpus"
 
 
-def _edited_copy(corpus: Path, target: Path) -> Path:
-    """A copy of ``corpus`` at ``target`` whose ``concepts/compaction.md`` gained a line."""
-    shutil.copytree(corpus, target)
-    with (target / "concepts" / "compaction.md").open("a") as fh:
+ORIGINS = "SELECT origin, COUNT(*) FROM documents GROUP BY origin"
+
+
+def _deploying(
+    tmp_path: Path, demo_run: tuple[Path, str, Path], monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, Path, Path, list[str], list[str]]:
+    """The demo run and its corpus, a copy of the corpus whose
+    ``concepts/compaction.md`` gained a line, the ``--db`` arguments and the deploy command
+    of the trial (its collection name to append), with a cache of the test's own."""
+    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
+    run, trial, corpus = demo_run
+    edited = tmp_path / "edited"
+    shutil.copytree(corpus, edited)
+    with (edited / "concepts" / "compaction.md").open("a") as fh:
         fh.write("\nAn edited line about quota throttles.\n")
-    return target
+    db = ["--db", str(tmp_path / "db")]
+    deploy = ["ingest", "--from-run", str(run), "--trial", trial, *db, "--collection"]
+    return run, corpus, edited, db, deploy
 
 
 def test_a_run_corpus_and_a_folder_never_replace_each_other_unasked(
@@ -196,12 +208,7 @@ def test_a_run_corpus_and_a_folder_never_replace_each_other_unasked(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
-    run, trial, corpus = demo_run
-    edited = _edited_copy(corpus, tmp_path / "edited")
-    db = ["--db", str(tmp_path / "db")]
-    deploy = ["ingest", "--from-run", str(run), "--trial", trial, *db, "--collection"]
-    origins = "SELECT origin, COUNT(*) FROM documents GROUP BY origin"
+    run, corpus, edited, db, deploy = _deploying(tmp_path, demo_run, monkeypatch)
     # a folder's edited document is not replaced by the run's own version of it
     folder = ["ingest", "--source", str(edited), *db, "--collection", "c"]
     assert main([*folder, "--config", json.dumps(BM25_400)]) == 0
@@ -210,7 +217,7 @@ def test_a_run_corpus_and_a_folder_never_replace_each_other_unasked(
     err = capsys.readouterr().err
     assert "'concepts/compaction.md' is in the collection already" in err
     assert f"indexed from {os.path.realpath(edited)}" in err and len(err.splitlines()) == 1
-    assert _store(tmp_path / "db", "c", origins) == [(os.path.realpath(edited), 58)]
+    assert _store(tmp_path / "db", "c", ORIGINS) == [(os.path.realpath(edited), 58)]
     # nor does the folder take the run's documents over; its own are refused in one line
     assert main([*deploy, "d", "--source", str(edited)]) == 2
     err = capsys.readouterr().err
@@ -218,7 +225,7 @@ def test_a_run_corpus_and_a_folder_never_replace_each_other_unasked(
     assert "--replace" in err and "common parent" not in err
     # the run's own corpus files, unchanged, go over to the folder (README: "adds more")
     assert main([*deploy, "e", "--source", str(corpus)]) == 0
-    assert _store(tmp_path / "db", "e", origins) == [(os.path.realpath(corpus), 58)]
+    assert _store(tmp_path / "db", "e", ORIGINS) == [(os.path.realpath(corpus), 58)]
     assert main([*deploy, "e"]) == 0  # and the run again changes nothing
     assert "indexed 0, unchanged 58" in capsys.readouterr().out
     # --replace lets the run's version in
@@ -232,18 +239,13 @@ def test_a_refused_ingest_leaves_the_collection_as_it_was(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
-    run, trial, corpus = demo_run
-    edited = _edited_copy(corpus, tmp_path / "edited")
-    db = ["--db", str(tmp_path / "db")]
-    deploy = ["ingest", "--from-run", str(run), "--trial", trial, *db, "--collection"]
-    origins = "SELECT origin, COUNT(*) FROM documents GROUP BY origin"
+    run, _, edited, db, deploy = _deploying(tmp_path, demo_run, monkeypatch)
     assert main([*deploy, "r"]) == 0
     # the unchanged documents read before the clash (clients/*, ...) stay the run's
     folder = ["ingest", "--source", str(edited), *db, "--collection", "r"]
     assert main(folder) == 2
     assert "'concepts/compaction.md' is in the collection already" in capsys.readouterr().err
-    assert _store(tmp_path / "db", "r", origins) == [(f"run:{os.path.realpath(run)}", 58)]
+    assert _store(tmp_path / "db", "r", ORIGINS) == [(f"run:{os.path.realpath(run)}", 58)]
     # so a narrower ingest of the folder afterwards removes none of them
     assert main([*folder[:-2], "--include", "security/**", "--collection", "r"]) == 0
     assert "removed 0" in capsys.readouterr().out

@@ -384,3 +384,26 @@ def test_a_config_error_from_the_sample_flag_names_the_flag(
     assert main([*argv, "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "ragbench run: --sample 5: a sample keeps the documents of one split's" in err, err
+
+
+def _topics(topics: int, each: int) -> list[Document]:
+    """``topics`` × ``each`` documents of one folder, format and size: a topic's documents share
+    its own words, no two topics share any."""
+    docs = []
+    for t in range(topics):
+        words = [f"{SYLLABLES[t]}{SYLLABLES[j]}" for j in range(12)]
+        for d in range(each):
+            text = " ".join(words[(d + j) % 12] for j in range(8))
+            docs.append(Document(f"t{t:02d}d{d}.txt", text, {"format": "txt"}))
+    return docs
+
+
+def test_a_sample_keeps_the_nearest_neighbours_of_its_seeds() -> None:
+    documents = _topics(20, 5)
+    picked = choose(documents, 20, seed=0)
+    assert len(picked) == 20
+    topics = Counter(d.id[:3] for d in picked)
+    # 10 seeds and, for each, documents of its own topic: at most 10 topics, none alone
+    assert len(topics) <= 10 and min(topics.values()) >= 2, topics
+    again = choose(documents[::-1], 20, seed=0)
+    assert sorted(d.id for d in again) == sorted(d.id for d in picked)

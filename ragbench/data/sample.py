@@ -7,11 +7,17 @@ deployed collection indexes every document.
 - ``check_size`` reads a sample's size as a config or a flag gives it: a number of documents,
   a percentage (``"25%"``) or ``all``; ``documents_for`` turns it into a number of documents of
   a corpus.
-- ``choose(documents, n, seed, keep)`` draws ``n`` documents: those in ``keep`` first, then the
-  rest stratified by top folder, file format and size quartile, the stratum furthest below its
-  share of the corpus filled first. Within a stratum documents are taken in the order of a
-  seeded hash of their ids, so a sample depends on the seed and the documents alone, never on
-  the order they were read in.
+- ``choose(documents, n, seed, keep)`` draws ``n`` documents: those in ``keep`` first, then
+  seeds up to ``NEIGHBOUR_SHARE`` of ``n``, then the seeds' nearest neighbours. Every draw is
+  stratified by top folder, file format and size quartile, the stratum furthest below its
+  share of the corpus filled first. Seeds are taken within a stratum in the order of a seeded
+  hash of their ids; neighbours by their best place in a seed's list of nearest documents
+  (cosine of tf-idf over the leading text, sought among a stratified pool of ``POOL`` times the
+  sample, so the cost does not grow with the corpus), then by that hash. A random sample
+  thins every document's neighbourhood, which makes retrieval easier than on the whole corpus
+  and blurs the differences between configurations; keeping the seeds' neighbours keeps the
+  documents a query on a seed must be told apart from. A sample depends on the seed and the
+  documents alone, never on the order they were read in.
 - ``sample_set(labeled, size, seed)`` samples a labeled set: every document a kept query is
   judged on (its qrels and its evidence) stays. When those documents would fill more than half
   the sample, queries are sampled too (seeded), so that the sample keeps documents to rank the
@@ -28,13 +34,18 @@ import hashlib
 import heapq
 import math
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import chain
 from pathlib import PurePosixPath
 from typing import Any
 
+import numpy as np
+from scipy import sparse
+
 from ragbench.data.labeled import LabeledSet
 from ragbench.errors import DataError
+from ragbench.text.tokenize import WordTokenizer
 from ragbench.types import Document
 
 __all__ = [
@@ -55,6 +66,14 @@ SampleSize = int | str | None
 JUDGED_SHARE = 0.5
 """The most of a labeled set's sample its judged documents may fill; past it queries are
 sampled, so that the sample keeps documents the judged ones are ranked against."""
+
+NEIGHBOUR_SHARE = 0.5
+"""The share of a sample drawn at random (stratified); the rest are those documents' nearest
+neighbours, so that a sampled document keeps the documents that compete with it for a query."""
+NEIGHBOURS = 20  # the places of a seed's list of neighbours the rest of a sample is filled from
+NEIGHBOUR_CHARS = 2_000  # the leading text two documents are compared by
+POOL = 10  # neighbours are sought among a stratified draw of this many times the sample
+_NEAR_BLOCK = 256  # seeds compared with the pool at a time
 
 _PERCENT = re.compile(r"(\d+(?:\.\d+)?)\s*%")
 EXPECTED = 'expected a number of documents (1 or more), a percentage ("25%") or "all"'
@@ -203,24 +222,25 @@ def _strata(documents: Sequence[Document]) -> list[tuple[str, str, int]]:
     return found
 
 
-def choose(
-    documents: Sequence[Document], n: int, seed: int, keep: Collection[str] = ()
-) -> list[Document]:
-    """``n`` of ``documents`` (all when there are no more), in their order: every one whose id
-    is in ``keep``, then the others stratified (see the module docstring)."""
-    if n >= len(documents):
-        return list(documents)
+def _fill(
+    documents: Sequence[Document],
+    strata: Sequence[tuple[str, str, int]],
+    n: int,
+    chosen: set[str],
+    order: Callable[[Document], Any],
+    seed: int,
+) -> set[str]:
+    """``chosen`` and more of ``documents`` up to ``n`` (see ``choose``): the stratum furthest
+    below its share of the corpus filled first, each stratum's documents in ``order``."""
     groups: dict[tuple[str, str, int], list[Document]] = {}
-    for doc, stratum in zip(documents, _strata(documents), strict=True):
+    for doc, stratum in zip(documents, strata, strict=True):
         groups.setdefault(stratum, []).append(doc)
-    keep = set(keep)
-    chosen = {d.id for d in documents if d.id in keep}
+    chosen = set(chosen)
     share = n / len(documents)
     # (taken − its share of n, seeded tie-break, the stratum's documents left, last first)
     heap: list[tuple[float, bytes, list[Document]]] = []
     for stratum, members in groups.items():
-        rest = sorted((d for d in members if d.id not in chosen), key=lambda d: _rank(seed, d.id))
-        rest.reverse()
+        rest = sorted((d for d in members if d.id not in chosen), key=order, reverse=True)
         if rest:
             below = len(members) - len(rest) - share * len(members)
             heap.append((below, _rank(seed, repr(stratum)), rest))
@@ -228,10 +248,78 @@ def choose(
     for _ in range(max(0, n - len(chosen))):
         if not heap:
             break
-        below, order, rest = heapq.heappop(heap)
+        below, tie, rest = heapq.heappop(heap)
         chosen.add(rest.pop().id)
         if rest:
-            heapq.heappush(heap, (below + 1, order, rest))
+            heapq.heappush(heap, (below + 1, tie, rest))
+    return chosen
+
+
+def _vectors(texts: Sequence[str]) -> sparse.csr_matrix:
+    """Unit-length tf-idf rows (log-scaled term frequencies, idf over ``texts``) of each text's
+    first ``NEIGHBOUR_CHARS`` characters, in ragbench's default terms."""
+    terms = WordTokenizer().tokenize_many(text[:NEIGHBOUR_CHARS] for text in texts)
+    vocab: dict[str, int] = {}
+    ids = [[vocab.setdefault(t, len(vocab)) for t in found] for found in terms]
+    rows = np.repeat(np.arange(len(ids)), [len(i) for i in ids])
+    cols = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=len(rows))
+    counts = sparse.csr_matrix(
+        (np.ones(len(rows)), (rows, cols)), shape=(len(ids), max(len(vocab), 1))
+    )
+    counts.sum_duplicates()
+    df = np.bincount(counts.indices, minlength=counts.shape[1])
+    counts.data = (1 + np.log(counts.data)) * np.log((1 + len(ids)) / (1 + df))[counts.indices]
+    norms = np.sqrt(counts.multiply(counts).sum(axis=1)).A1
+    return sparse.diags(1 / np.maximum(norms, 1e-12)) @ counts
+
+
+def _nearness(seeds: Sequence[Document], pool: Sequence[Document]) -> dict[str, int]:
+    """Per document of ``pool`` sharing a term with a seed, its best place in a seed's list of
+    neighbours (1: some seed's nearest), by the cosine of their tf-idf vectors."""
+    vectors = _vectors([d.text for d in pool])
+    row = {d.id: i for i, d in enumerate(pool)}
+    rows = np.array([row[d.id] for d in seeds])
+    best = np.full(len(pool), np.iinfo(np.int64).max)
+    for start in range(0, len(rows), _NEAR_BLOCK):
+        part = rows[start : start + _NEAR_BLOCK]
+        sims = (vectors[part] @ vectors.T).toarray()
+        sims[np.arange(len(part)), part] = 0  # a seed is not its own neighbour
+        depth = min(NEIGHBOURS, sims.shape[1])
+        top = np.argpartition(-sims, depth - 1, axis=1)[:, :depth]
+        order = np.argsort(-np.take_along_axis(sims, top, axis=1), axis=1, kind="stable")
+        top = np.take_along_axis(top, order, axis=1)
+        near = np.take_along_axis(sims, top, axis=1) > 0
+        places = np.broadcast_to(np.arange(1, depth + 1), top.shape)
+        np.minimum.at(best, top[near], places[near])
+    return {d.id: int(b) for d, b in zip(pool, best, strict=True) if b < np.iinfo(np.int64).max}
+
+
+def choose(
+    documents: Sequence[Document], n: int, seed: int, keep: Collection[str] = ()
+) -> list[Document]:
+    """``n`` of ``documents`` (all when there are no more), in their order: every one whose id
+    is in ``keep``, seeds drawn stratified up to ``NEIGHBOUR_SHARE`` of ``n``, then the seeds'
+    nearest neighbours, still stratified (see the module docstring)."""
+    if n >= len(documents):
+        return list(documents)
+    strata = _strata(documents)
+
+    def hashed(doc: Document) -> bytes:
+        return _rank(seed, doc.id)
+
+    kept = {d.id for d in documents if d.id in set(keep)}
+    seeds = _fill(
+        documents, strata, max(len(kept), math.ceil(n * NEIGHBOUR_SHARE)), kept, hashed, seed
+    )
+    pool_ids = _fill(documents, strata, min(len(documents), POOL * n), seeds, hashed, seed)
+    pool = [d for d in documents if d.id in pool_ids]
+    near = _nearness([d for d in pool if d.id in seeds], pool)
+    unplaced = NEIGHBOURS + 1
+
+    def nearest(doc: Document) -> tuple[int, bytes]:
+        return near.get(doc.id, unplaced), hashed(doc)
+
+    chosen = _fill(documents, strata, n, seeds, nearest, seed)
     return [d for d in documents if d.id in chosen]
 
 

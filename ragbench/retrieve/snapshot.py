@@ -56,6 +56,22 @@ def shard_stages(plan: Plan) -> list[Stage]:
     return [s for s in plan.index_stages() if s.update == "batch" and s.name in read]
 
 
+def _write(
+    parent: Path, batch: int, stages: list[Stage], values: Mapping[str, Any], sealed: bool
+) -> None:
+    """Write ``parent/<batch>/``: a folder per stage of ``stages`` that has a value (sealed
+    with its checksums when ``sealed``), all at once (``_written``)."""
+    tmp = parent / f".tmp-{batch}-{os.getpid()}"
+    with _written(tmp, parent / str(batch)):
+        for stage in stages:
+            if values.get(stage.name) is not None:
+                folder = tmp / _folder(stage.name)
+                folder.mkdir()
+                stage.codec.save(values[stage.name], folder)
+                if sealed:
+                    seal(folder)
+
+
 @contextmanager
 def _written(tmp: Path, final: Path) -> Iterator[None]:
     """Fill the new folder ``tmp`` in the block, then rename it to ``final``; when the block
@@ -73,15 +89,7 @@ def _written(tmp: Path, final: Path) -> Iterator[None]:
 
 def write_snapshot(root: Path, plan: Plan, values: Mapping[str, Any], batch: int) -> None:
     """Write the snapshot of ``values`` that includes every batch up to ``batch``."""
-    final = root / SNAPSHOTS / str(batch)
-    tmp = root / SNAPSHOTS / f".tmp-{batch}-{os.getpid()}"
-    with _written(tmp, final):
-        for stage in snapshot_stages(plan):
-            if values.get(stage.name) is not None:
-                folder = tmp / _folder(stage.name)
-                folder.mkdir()
-                stage.codec.save(values[stage.name], folder)
-                seal(folder)
+    _write(root / SNAPSHOTS, batch, snapshot_stages(plan), values, sealed=True)
 
 
 def load_snapshot(
@@ -120,14 +128,7 @@ def load_snapshot(
 
 def write_shard(root: Path, plan: Plan, batch: int, values: Mapping[str, Any]) -> None:
     """Write the values of ``batch`` an index is extended from (``shard_stages``)."""
-    final = root / SHARDS / str(batch)
-    tmp = root / SHARDS / f".tmp-{batch}-{os.getpid()}"
-    with _written(tmp, final):
-        for stage in shard_stages(plan):
-            if values.get(stage.name) is not None:
-                folder = tmp / _folder(stage.name)
-                folder.mkdir()
-                stage.codec.save(values[stage.name], folder)
+    _write(root / SHARDS, batch, shard_stages(plan), values, sealed=False)
 
 
 def load_shard(root: Path, stage: Stage, batch: int) -> Any | None:
