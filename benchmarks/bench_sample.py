@@ -275,8 +275,10 @@ METHOD = (
     "would? Per corpus, optimize's default sweep (14 trials: BM25 at four settings, dense "
     "MiniLM int8, hybrid RRF and convex, on two chunkings) runs once on the corpus' real "
     "labels over every document, and once per seed (0 to {last}) on `ragbench optimize DOCS "
-    "--generate --sample P% --seed S`: a stratified sample of the documents (by folder, file "
-    "type and size quartile; `ragbench.data.sample`) and {n} queries generated from it as "
+    "--generate --sample P% --seed S`: a sample of the documents (`ragbench.data.sample`: "
+    "half of it seeds drawn stratified by folder, file type and size quartile, half the "
+    "seeds' nearest neighbours by tf-idf cosine, still stratified) and {n} queries generated "
+    "from it as "
     "optimize generates them. `ragbench.report.agreement` compares each with the real run: "
     "Kendall τ-b over the 14 trials and the regret of the sample's pick (the real value of "
     "the trial it picks minus the real best; 0 when it picks the real best). The whole corpus' "
@@ -323,14 +325,16 @@ def _budget_lines(section: Figures) -> Lines:
         "grows with the chunks it embeds, however the text is split into files)."
     ]
     scifact = section["corpora"].get("scifact")
-    smallest = smallest_faithful(scifact) if scifact else None
+    if scifact is None:
+        return [*lines, ""]
+    lines[0] += " On SciFact: " + "; ".join(_verdicts(scifact)) + ". " + _noise(scifact)
+    smallest = smallest_faithful(scifact)
     if smallest is None:
         lines[0] += " No measured SciFact sample met both tests, so none of them supports it."
         return [*lines, ""]
     lines[0] += (
-        f" On SciFact the smallest sample that met both tests is {smallest['fraction']}% "
-        f"({smallest['chars'] / 1e6:.2f} M characters: mean τ-b {smallest['tau']:.3f} against "
-        f"{smallest['whole']:.3f}, worst regret {signed(smallest['worst'])}); the budget is "
+        f" The smallest sample that met both is {smallest['fraction']}% "
+        f"({smallest['chars'] / 1e6:.2f} M characters); the budget is "
         f"{budget / smallest['chars']:.1f}× that"
         + (
             ", so a default sample is at least as large as one measured faithful."
@@ -339,6 +343,44 @@ def _budget_lines(section: Figures) -> Lines:
         )
     )
     return [*lines, ""]
+
+
+def _verdicts(found: Figures) -> list[str]:
+    """Per measured fraction: its mean τ-b against the whole corpus', its worst regret, and
+    which of the two tests it met."""
+    said = []
+    for fraction in sorted(int(s.rstrip("%")) for s in found["sizes"] if s != "all"):
+        test = verdict(found, fraction)
+        if test is None:
+            continue
+        met = {
+            (True, True): "met both tests",
+            (False, True): "missed the τ-b test",
+            (True, False): "missed the regret test",
+            (False, False): "missed both tests",
+        }[(test["close"], test["safe"])]
+        said.append(
+            f"{fraction}% ({test['chars'] / 1e6:.2f} M characters) {met} (mean τ-b "
+            f"{test['tau']:.3f} against {test['whole']:.3f}, {signed(test['gap'], 3)}; worst "
+            f"regret {signed(test['worst'])})"
+        )
+    return said
+
+
+def _noise(found: Figures) -> str:
+    """How far apart two means of the seeds' τ-b may fall by chance: the whole corpus' own
+    spread over its seeds."""
+    taus = _summary(found["sizes"]["all"], 0)["taus"]
+    if len(taus) < 2:
+        return ""
+    spread = float(np.std(taus, ddof=1))
+    apart = spread * float(np.sqrt(2 / len(taus)))
+    return (
+        f"The whole corpus' own τ-b spreads {min(taus):.3f}–{max(taus):.3f} over its "
+        f"{len(taus)} seeds (standard deviation {spread:.3f}), so two means of {len(taus)} "
+        f"seeds differ by about {apart:.3f} by chance alone (the standard error of their "
+        "difference)."
+    )
 
 
 def draw(section: Figures) -> Lines:

@@ -1,12 +1,14 @@
 """The whole job on your own documents, in one call (``ragbench optimize DOCS``).
 
-``optimize(docs)`` uses the labels the documents' folder holds (a ``queries.jsonl``, or a
-labeled set's layout), else generates them from the documents (the default offline method,
-``ragbench.data.generate``; cached: the same documents and settings reuse the set written
-before), runs a default sweep over them that covers the families — BM25 at four k1/b settings,
-dense MiniLM, hybrid RRF and hybrid convex fusion, each on two chunkings (``DEFAULT_SWEEP``) —
-writes the report, and returns the recommendation with its bootstrap confidence and the command
-that deploys it. The sweep's stages are cached like any run's, so a second call costs seconds.
+``optimize(docs)`` uses the labels the documents' folder holds (a ``queries.jsonl``, or a labeled
+set's layout), else generates them from the documents (the default offline method,
+``ragbench.data.generate``: ``n`` queries judged at the level the sweep evaluates, fewer only when
+the documents give no more, said in one line; cached: the same documents and settings reuse the set
+written before), runs a default sweep over them that covers the families — BM25 at four k1/b
+settings, dense MiniLM, hybrid RRF and hybrid convex fusion, each on two chunkings
+(``DEFAULT_SWEEP``) — writes the report, and returns the recommendation with its bootstrap
+confidence and the command that deploys it. The sweep's stages are cached like any run's, so a
+second call costs seconds.
 
 A corpus of more than ``SAMPLE_CHARS`` characters is swept on a sample of its documents
 (``ragbench.data.sample``: stratified by folder, file type and size, seeded): labels are
@@ -137,12 +139,28 @@ class Optimized:
     docs: Path | None = None
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    n: int | None = None
 
     @property
     def queries(self) -> int:
-        """Queries the sweep evaluated: those judged at the document level (a generated query
-        whose context repeats most of its words is judged at the span levels only)."""
+        """Queries the sweep evaluated: those judged at its level (of generated labels, every
+        one: ``n`` unless the documents give fewer, ``shortfall``)."""
         return int(self.run.manifest["queries"]["count"])
+
+    @property
+    def shortfall(self) -> str | None:
+        """One line saying that the sweep evaluated fewer generated queries than the ``n``
+        asked for, and why; None when it evaluated ``n`` (or the labels are the documents'
+        own)."""
+        if self.n is None or self.queries >= self.n:
+            return None
+        if self.generation is not None and self.generation.shortfall is not None:
+            return self.generation.shortfall
+        level = self.run.manifest["evaluation"]["level"]
+        return (
+            f"--n {self.n}: the documents give only {self.queries:,} queries judged at the "
+            f"{level} level (every candidate was drawn when these labels were generated)"
+        )
 
     @property
     def own_queries(self) -> int:
@@ -199,11 +217,18 @@ class Optimized:
 
 
 def _labels_key(
-    documents: Sequence[Document], method: IctMethod, n: int, seed: int, sample: Sampled | None
+    documents: Sequence[Document],
+    method: IctMethod,
+    n: int,
+    level: str,
+    seed: int,
+    sample: Sampled | None,
 ) -> str:
     """What the generated labels depend on: the text of the documents they are generated from
-    (the sample's, when there is one), the method, the sampling of queries and the sample."""
-    settings = {"method": method.name, **method.settings(), "n": n, "seed": seed}
+    (the sample's, when there is one), the method, the sampling of queries (``n`` judged at
+    ``level``: a set keyed without a level counted every query it drew, and is not reused)
+    and the sample."""
+    settings = {"method": method.name, **method.settings(), "n": n, "level": level, "seed": seed}
     if sample is not None:
         settings["sample"] = sample.as_dict()
     text = corpus_fingerprint(documents) + json.dumps(settings, sort_keys=True)
@@ -216,20 +241,20 @@ def _labels(
     sample: Sampled | None,
     out: Path,
     n: int,
+    level: str,
     seed: int,
     where: Path,
 ) -> tuple[Path, bool, GenerationResult | None]:
-    """The set generated from ``documents`` (read from ``where``; on ``sample`` of them, when
-    given) under ``out`` (``labels-<key>``), written unless an earlier call wrote it for the
-    same documents and settings, and sealed (``owned.seal``); older sets optimize wrote there
-    are removed when they are as it wrote them (a folder of another maker,
-    ``labels-handwritten``, stays, and so does a set judged or edited by hand, said in one
-    line)."""
+    """The set of ``n`` queries judged at ``level`` generated from ``documents`` (read from
+    ``where``; on ``sample`` of them, when given) under ``out`` (``labels-<key>``), written unless
+    an earlier call wrote it for the same documents and settings, and sealed (``owned.seal``); older
+    sets optimize wrote there are removed when they are as it wrote them (a folder of another maker,
+    ``labels-handwritten``, stays, and so does a set judged or edited by hand, said in one line)."""
     method = IctMethod()
     picked = documents
     if sample is not None:
         picked = choose(documents, sample.documents, sample.seed)
-    target = out / f"labels-{_labels_key(picked, method, n, seed, sample)}"
+    target = out / f"labels-{_labels_key(picked, method, n, level, seed, sample)}"
     if (target / "queries.jsonl").is_file():
         return target, True, None
     for old in out.glob("labels-*"):
@@ -242,7 +267,15 @@ def _labels(
                 kept,
             )
     made = generate_from(
-        picked, target, method, n=n, seed=seed, where=where, problems=problems, sample=sample
+        picked,
+        target,
+        method,
+        n=n,
+        seed=seed,
+        level=level,
+        where=where,
+        problems=problems,
+        sample=sample,
     )
     seal(target, "labeled set")
     return target, False, made
@@ -294,8 +327,9 @@ def optimize(
     ``out``: ``runs/optimize-<folder name>``, a folder optimize made or a new or empty one) and
     write its report. Labels ``docs`` holds itself (``own_labels``: a ``queries.jsonl``, or a
     labeled set's layout) are used as they are; otherwise, or with ``generate_labels``, ``n``
-    queries (default 300) are generated (cached). ``include`` / ``exclude`` select the folder's
-    files by glob (``DirectoryLoader``).
+    queries (default 300) judged at the level the sweep evaluates are generated (cached; fewer when
+    the documents give no more: ``Optimized.shortfall``). ``include`` / ``exclude`` select the
+    folder's files by glob (``DirectoryLoader``).
 
     ``sample`` is the sample of the documents the sweep runs on (a number of documents, a
     percentage ``"25%"``, or ``"all"``; default: ``default_size``), drawn with ``seed``, which
@@ -326,8 +360,11 @@ def optimize(
         config = default_config(labels, name, size, seed)
         labeled = None  # the sweep loads the set itself: this copy goes before it
     else:
+        n = n or 300
+        # the level the sweep evaluates (after --set): n queries are judged at it
+        level = load_config(default_config(root, name), overrides).evaluation.level
         labels, cached, generation = _generated(
-            source, root, n or 300, seed, sample, include, exclude
+            source, root, n, level, seed, sample, include, exclude
         )
         config = default_config(labels, name)
     result = run(
@@ -351,6 +388,7 @@ def optimize(
         docs=source,
         include=tuple(include),
         exclude=tuple(exclude),
+        n=n,
     )
 
 
@@ -358,18 +396,20 @@ def _generated(
     source: Path,
     root: Path,
     n: int,
+    level: str,
     seed: int,
     sample: int | str | None,
     include: Sequence[str],
     exclude: Sequence[str],
 ) -> tuple[Path, bool, GenerationResult | None]:
-    """The labels generated from the documents of ``source`` (on ``sample`` of them, by
-    default ``default_size``) under ``root`` (``_labels``). The documents are read here and let
+    """The labels of ``n`` queries judged at ``level`` generated from the documents of
+    ``source`` (on ``sample`` of them, by default ``default_size``) under ``root``
+    (``_labels``). The documents are read here and let
     go before the sweep, which reads the labeled set alone."""
     documents, problems = corpus_documents(source, include, exclude)
     size = default_size(documents) if sample is None else _sample_flag(sample)
     chosen = _sampled(source, documents, size, seed, include, exclude)
-    return _labels(documents, problems, chosen, root, n, seed, source)
+    return _labels(documents, problems, chosen, root, n, level, seed, source)
 
 
 def _sample_flag(sample: int | str | None) -> SampleSize:

@@ -130,6 +130,7 @@ def test_ict_on_a_hand_checkable_document(tmp_path: Path) -> None:
         "generator": {
             "method": "ict",
             "n": 100,
+            "level": "document",  # n counts the queries judged at it
             "seed": 0,
             "window": 1,
             "min_words": 5,
@@ -137,6 +138,7 @@ def test_ict_on_a_hand_checkable_document(tmp_path: Path) -> None:
             "repeated_share": 0.45,
             "keep_numbers": False,
             "keep_references": False,
+            "source": str(corpus.resolve()),  # what the user calls the dataset
         },
     }
     assert GUIDE[136:183] == " " + third
@@ -173,7 +175,7 @@ def test_a_sentence_its_neighbours_repeat_is_judged_at_the_span_levels_only(
     """Its neighbours would give its document away by the words they repeat: a document-level
     run leaves it out, a span-level run scores it."""
     corpus = _corpus(tmp_path / "docs", {"lakes.md": REPEATING})
-    result = generate(corpus, tmp_path / "set", IctMethod(window=1), n=3)
+    result = generate(corpus, tmp_path / "set", IctMethod(window=1), n=3, level="span")
     queries = {q["text"].split()[2]: q for q in _queries(result)}  # by their third word
     # the second sentence repeats 7 of the first's 8 terms (stemmed, without stopwords:
     # morain dam glacier lake abov valley villag, not hold) and 4 of the third's 14 (morain dam
@@ -211,6 +213,34 @@ def test_a_sentence_its_neighbours_repeat_is_judged_at_the_span_levels_only(
     # with --repeated-share 1 every query is judged at the document level as well
     loose = generate(corpus, tmp_path / "loose", IctMethod(window=1, repeated_share=1.0), n=3)
     assert all("levels" not in q for q in _queries(loose))
+
+
+def test_n_counts_the_queries_judged_at_the_level_and_a_short_corpus_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--level`` names the evaluation level the N queries are judged at; a corpus that gives
+    fewer says so in one line, and a level that is none is a one-line error."""
+    corpus = _corpus(tmp_path / "docs", {"lakes.md": REPEATING})
+    out = tmp_path / "document"
+    argv = ["datasets", "generate", str(corpus), "--window", "1", "--out"]
+    assert main([*argv, str(out), "--n", "5"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == (
+        "--n 5: the documents give only 1 query judged at the document level (every one of "
+        "the 3 candidates was drawn; see what was skipped and dropped)"
+    )
+    # "hold" and the middle sentence: their neighbours repeat most of their terms
+    assert printed[2] == "dropped: not judged at the document level 2"
+    assert [q.get("levels") for q in map(json.loads, (out / "queries.jsonl").open())] == [None]
+    out = tmp_path / "span"
+    assert main([*argv, str(out), "--n", "2", "--level", "span"]) == 0
+    assert capsys.readouterr().out.startswith(f"{out}: 2 queries written")
+    spans = load_spans(out)
+    assert {q.id for q in spans.queries} == spans.judged_at("span") == set(spans.evidence)
+    assert main([*argv, str(tmp_path / "bad"), "--level", "x"]) == 2
+    said = capsys.readouterr().err
+    assert said.endswith("--level: expected one of document, chunk, span, got 'x'\n")
+    assert said.count("\n") == 1 and not (tmp_path / "bad").exists()
 
 
 def test_ict_skips_code_numbers_and_sentences_that_refer_back(tmp_path: Path) -> None:
@@ -356,16 +386,18 @@ def test_sampling_is_stratified_over_documents_and_sections_and_seeded(tmp_path:
     corpus = _corpus(
         tmp_path / "docs", {f"{doc}.md": section(doc, "A") + section(doc, "B") for doc in "xyz"}
     )
-    three = _queries(generate(corpus, tmp_path / "three", IctMethod(), n=3, seed=1))
+    # a section's sentences repeat each other's words: they are judged at the span levels only
+    spans = IctMethod()
+    three = _queries(generate(corpus, tmp_path / "three", spans, n=3, seed=1, level="span"))
     assert sorted(q["metadata"]["sources"][0]["doc_id"] for q in three) == ["x.md", "y.md", "z.md"]
-    six = _queries(generate(corpus, tmp_path / "six", IctMethod(), n=6, seed=1))
+    six = _queries(generate(corpus, tmp_path / "six", spans, n=6, seed=1, level="span"))
     places = sorted((q["text"].split()[1], q["text"].split()[3]) for q in six)
     assert places == [(doc, name) for doc in "xyz" for name in "AB"]  # every section once
-    again = generate(corpus, tmp_path / "again", IctMethod(), n=6, seed=1)
+    again = generate(corpus, tmp_path / "again", spans, n=6, seed=1, level="span")
     assert (again.path / "queries.jsonl").read_bytes() == (
         tmp_path / "six/queries.jsonl"
     ).read_bytes()
-    other = _queries(generate(corpus, tmp_path / "other", IctMethod(), n=6, seed=2))
+    other = _queries(generate(corpus, tmp_path / "other", spans, n=6, seed=2, level="span"))
     assert [q["text"] for q in other] != [q["text"] for q in six]
 
 
@@ -507,6 +539,7 @@ def test_llm_excerpts_are_located_exactly_by_whitespace_or_fuzzily(tmp_path: Pat
     _valid(result)
     assert (result.queries, result.requests, result.cached) == (3, 4, 0)
     assert result.dropped == {"unlocatable excerpt": 1}  # delta's invented excerpt
+    assert str(result).startswith("--n 4: the documents give only 3 queries judged at the")
     queries = {q["metadata"]["sources"][0]["doc_id"]: q for q in _queries(result)}
     assert sorted(queries) == ["alpha.md", "bravo.md", "charlie.md"]
     for doc_id, query in queries.items():
@@ -567,7 +600,8 @@ def test_multi_hop_questions_need_evidence_in_two_documents(tmp_path: Path) -> N
     with EditingServer(one_sided) as server:
         method = _method(server, tmp_path / "other", passage_words=8, multi_hop=2, dedup=1.0)
         dropped = generate(corpus, tmp_path / "one-sided", method, n=5)
-    assert dropped.dropped == {"evidence in one document": 2} and dropped.queries == 3
+    # n counts queries: two more single passages stand in for the pairs dropped
+    assert dropped.dropped == {"evidence in one document": 2} and dropped.queries == 5
 
 
 def test_a_rerun_of_the_cli_makes_no_request(

@@ -3,13 +3,15 @@ recommendation with its confidence, and a deploy command that works as printed."
 
 from __future__ import annotations
 
-import re
+import json
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ragbench.cli import main
+from ragbench.data.generate import IctMethod, corpus_documents
 from ragbench.optimize import DEFAULT_SWEEP, default_config
 from ragbench.pipeline import RAGPipeline
 
@@ -59,19 +61,17 @@ def test_optimize_recommends_with_confidence_and_the_deploy_command_works(
     assert main(argv) == 0
     printed, said = capsys.readouterr()
     assert f"skipped {docs / 'diagram.png'}: unsupported extension" in said
-    # the guides repeat their words from sentence to sentence: some queries are judged at the
-    # span levels only, and the document-level sweep scores the others
-    found = re.search(
-        r"\(24 queries, generated from 6 documents, (\d+) judged by document\)", printed
-    )
-    assert found is not None, printed
-    judged = int(found[1])
-    assert 0 < judged < 24
+    # the document-level sweep scores every one of the 24 queries generated
+    assert "(24 queries, generated from 6 documents)\n" in printed
     assert "Recommendation: best overall" in printed
     assert "Confidence in the pick (ndcg@10): " in printed
-    assert f"resamples of the {judged} queries" in printed
-    assert f"Labels: generated (ict), {judged} queries" in printed
+    assert "resamples of the 24 queries" in printed
+    assert "Labels: generated (ict), 24 queries" in printed
     assert (tmp_path / "out" / "run" / "report.html").is_file()
+    # the run and its report name the folder the user gave, not the labels folder
+    manifest = json.loads((tmp_path / "out" / "run" / "manifest.json").read_text("utf-8"))
+    assert manifest["dataset"]["source"] == str(docs.resolve())
+    assert f"`{docs.resolve()}`" in (tmp_path / "out" / "run" / "report.md").read_text("utf-8")
     deploy = printed.rsplit("deploy:", 1)[1].strip()
     assert deploy.startswith(f"ragbench ingest --source={docs.resolve()}")
 
@@ -86,6 +86,51 @@ def test_optimize_recommends_with_confidence_and_the_deploy_command_works(
     assert len(list((tmp_path / "out").glob("labels-*"))) == 1
 
 
+QUICK = ["--set", "sweep.embedder=[{kind: hashing, dim: 64}]", "--set", "latency.queries=0"]
+
+
+def test_n_is_the_number_of_queries_the_sweep_evaluates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The guides repeat their words from sentence to sentence, so a sentence's neighbours
+    often give its document away: such a query is judged at the span levels only. Generation
+    draws on until ``--n`` queries are judged at the level the sweep evaluates; a corpus that
+    has fewer says so in one line."""
+    docs = _docs(tmp_path / "docs")
+    documents, _ = corpus_documents(docs)
+    drawn = IctMethod().run(documents, 12, 0)  # the first 12 sentences drawn
+    assert sum(d.judged_at("document") for d in drawn.drafts) < 12
+
+    def optimized(name: str, n: int, *options: str) -> tuple[str, dict[str, Any]]:
+        out = tmp_path / name
+        argv = ["optimize", str(docs), "--out", str(out), "--n", str(n), *QUICK, *options]
+        assert main(argv) == 0
+        manifest = json.loads((out / "run" / "manifest.json").read_text(encoding="utf-8"))
+        return capsys.readouterr().out, manifest["queries"]
+
+    printed, queries = optimized("document", 12)
+    assert "(12 queries, generated from 6 documents)\n" in printed
+    assert (queries["count"], queries["left_out"]) == (12, {})
+    # n follows the level the sweep evaluates (--set), and so does the labels' cache key (below)
+    printed, queries = optimized("chunk", 12, "--set", "evaluation.level=chunk")
+    assert "(12 queries, generated from 6 documents)\n" in printed
+    assert (queries["count"], queries["left_out"]) == (12, {})
+    printed, queries = optimized("short", 500)
+    count = queries["count"]
+    assert 12 < count < 500 and queries["left_out"] == {}
+    assert (
+        f"({count} queries, generated from 6 documents)\n--n 500: the documents give only "
+        f"{count} queries judged at the document level (every one of the " in printed
+    )
+    printed, _ = optimized("short", 500)  # reused labels: the line still says it
+    assert (
+        f"({count} queries, reused)\n--n 500: the documents give only {count} queries judged "
+        "at the document level (every candidate was drawn when these labels were generated)\n"
+    ) in printed
+    keys = {next((tmp_path / name).glob("labels-*")).name for name in ("document", "chunk")}
+    assert len(keys) == 2
+
+
 def test_the_deploy_command_indexes_the_folder_as_it_is_after_an_edit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -94,8 +139,7 @@ def test_the_deploy_command_indexes_the_folder_as_it_is_after_an_edit(
     monkeypatch.setenv("RAGBENCH_CACHE", str(tmp_path / "cache"))
     docs = _docs(tmp_path / "docs")
     (docs / "notes.txt").write_text("not selected: the globs keep to the guides")
-    quick = ["--set", "sweep.embedder=[{kind: hashing, dim: 64}]", "--set", "latency.queries=0"]
-    argv = ["optimize", str(docs), "--out", str(tmp_path / "out"), "--n", "12", *quick]
+    argv = ["optimize", str(docs), "--out", str(tmp_path / "out"), "--n", "12", *QUICK]
     assert main([*argv, "--include", "*.md"]) == 0
     deploy = shlex.split(capsys.readouterr().out.rsplit("deploy:", 1)[1].strip())
     assert deploy[:4] == ["ragbench", "ingest", f"--source={docs.resolve()}", "--include=*.md"]

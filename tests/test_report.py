@@ -1,5 +1,6 @@
 """Reports: significance-tested tables, exports, drill-down, HTML in headless Chromium, compare."""
 
+import html
 import json
 import os
 import re
@@ -14,14 +15,16 @@ import pytest
 from ragbench.cli import main
 from ragbench.data.generate import IctMethod, generate
 from ragbench.errors import ConfigError, DataError
-from ragbench.evaluate.significance import compare
+from ragbench.evaluate.significance import bootstrap_ci, compare
 from ragbench.experiment.runner import dry_run, run
 from ragbench.report.compare import compare_runs
 from ragbench.report.confidence import pick_confidence
 from ragbench.report.drilldown import drilldown
 from ragbench.report.figures import VARYING, Plot
+from ragbench.report.grids import grid_problem, heatmap_pairs, is_trend, together
 from ragbench.report.html import inline_html, render_html
 from ragbench.report.markdown import recommendation_line, summary_lines
+from ragbench.report.plots import heatmap, metric_vs_chunk_size
 from ragbench.report.report import Report
 from tests.paths import DEMO, REPO, require
 
@@ -209,6 +212,9 @@ window.addEventListener('load', function () {
   body.setAttribute('data-scroll-width', root.scrollWidth);
   body.setAttribute('data-inner-width', window.innerWidth);
   body.setAttribute('data-table-spill', Math.max.apply(null, spill.concat([0])));
+  var headline = document.getElementById('headline').getBoundingClientRect();
+  body.setAttribute('data-headline-top', Math.floor(headline.top + window.scrollY));
+  body.setAttribute('data-headline-bottom', Math.ceil(headline.bottom + window.scrollY));
   // the report's own text: not the documents' (chunks, answers) nor the config
   var own = body.cloneNode(true);
   own.querySelectorAll('script, pre, .chunk, .answer').forEach(function (e) { e.remove(); });
@@ -246,7 +252,7 @@ def test_html_report_renders_in_headless_chromium(wide_run: Path, tmp_path: Path
             "--virtual-time-budget=5000",
         ]
         dom = subprocess.run(
-            [chromium, *flags, f"--window-size={width},1000", "--dump-dom", probe.as_uri()],
+            [chromium, *flags, f"--window-size={width},900", "--dump-dom", probe.as_uri()],
             capture_output=True,
             text=True,
             timeout=120,
@@ -258,6 +264,9 @@ def test_html_report_renders_in_headless_chromium(wide_run: Path, tmp_path: Path
         assert int(found["scroll-width"]) <= width, (width, found)  # nothing past the edge
         assert found["table-spill"] == "0", (width, found)  # no table needs its scroll bar
         assert found["backticks"] == "0"  # Markdown code spans became <code>
+        # the first screen holds the answer: the headline block lies within the first 900 px
+        # of the page (a 1400 × 900 screen; the window's own bars take part of its height)
+        assert 0 < int(found["headline-top"]) < int(found["headline-bottom"]) <= 900, found
         shot = tmp_path / f"report-{width}.png"
         subprocess.run(
             [
@@ -283,16 +292,16 @@ def test_summary_renders_markdown_code_as_html_and_recommends(
     page, md = paths["html"].read_text(), paths["md"].read_text()
     summary = page.split("<h2>Summary</h2>")[1].split("<h2>")[0]
     assert "`" not in summary and "**" not in summary
-    assert f"<code>{report.label(report.baseline)}</code>" in summary
+    assert f"<code>{report.name(report.baseline)}</code>" in summary
     assert "<code>ragbench run --remeasure-latency</code>" in summary
     pick = report.recommendation()
     line = next(x for x in md.splitlines() if x.startswith("- **Recommendation**"))
-    assert f"best overall `{report.label(pick.best)}`" in line
+    assert f"best overall `{report.name(pick.best)}`" in line
     stats = report.stats.loc[report.metric]
     interval = f"[95% CI {stats['ci_low'][pick.best]:.4f}–{stats['ci_high'][pick.best]:.4f}]"
     assert f"{report.metric} {stats['mean'][pick.best]:.4f} {interval}" in line
     assert "within the baseline's latency (p50 total ≤" in line
-    assert pick.within is not None and report.label(pick.within) in line
+    assert pick.within is not None and report.name(pick.within) in line
     assert "<li class='pick'><b>Recommendation</b>: best overall" in summary
     assert inline_html("`` a`b `` **x** \\| &amp;") == "<code>a`b</code> <b>x</b> | &amp;"
 
@@ -372,11 +381,11 @@ def test_every_trial_tied_for_best_is_highlighted(tmp_path: Path) -> None:
     p50 = report.trials.set_index("trial_id")["latency.total.p50_ms"]
     other = next(t for t in pick.tied if t != pick.best)
     assert p50[pick.best] <= p50[other]  # the fastest of the tie
-    names = " and ".join(f"`{report.label(t)}`" for t in pick.tied)
+    names = " and ".join(f"`{report.name(t)}`" for t in pick.tied)
     tie = f"tie: {names} at {means.max():.4f}"
     line = next(x for x in md.splitlines() if x.startswith("- **Recommendation**"))
     if p50[pick.best] < p50[other]:
-        assert f"best overall `{report.label(pick.best)}` (" in line
+        assert f"best overall `{report.name(pick.best)}` (" in line
         assert f"; the fastest in a {tie})" in line
     else:
         assert f"best overall {tie} ({report.metric}; latency does not separate them)" in line
@@ -386,7 +395,7 @@ def test_every_trial_tied_for_best_is_highlighted(tmp_path: Path) -> None:
     shown = next(x for x in md.splitlines() if x.startswith("- **Confidence in the pick**"))
     assert shown.startswith(f"- **Confidence in the pick** ({report.metric}): cannot separate `")
     for trial_id in pick.tied:
-        assert f"`{report.label(trial_id)}` ({confidence.p_best[trial_id]:.0%})" in shown
+        assert f"`{report.name(trial_id)}` ({confidence.p_best[trial_id]:.0%})" in shown
 
 
 def test_the_confidence_on_the_pick_is_the_bootstrap_share_of_best(run_dir: Path) -> None:
@@ -403,7 +412,7 @@ def test_the_confidence_on_the_pick_is_the_bootstrap_share_of_best(run_dir: Path
     at = next(i for i, x in enumerate(lines) if x.startswith("- **Recommendation**"))
     assert lines[at + 1] == (
         "- **Confidence in the pick** (ndcg@10): "
-        + expected.line(lambda t: f"`{report.label(t)}`")
+        + expected.line(lambda t: f"`{report.name(t)}`")
         + "."
     )
     assert not any("Labels: generated" in x for x in lines)  # the demo's labels were written
@@ -646,3 +655,191 @@ def test_select_decides_among_the_trials_the_first_metric_cannot_separate(
     assert main(["run", str(config), "--select", "mrr@10", "--out", str(tmp_path / "r")]) == 2
     assert "--select 'mrr@10': expected a metric of the config's" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+# ---------------------------------------------------------------- the answer first
+
+
+def test_the_headline_leads_with_the_answer_in_numbers_the_details_show(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    report = Report.from_run(run_dir)
+    pick = report.recommendation()
+    paths = report.write(("md", "html"), out=tmp_path)
+    md, page = paths["md"].read_text(), paths["html"].read_text()
+    lines = md.splitlines()
+    assert lines[2] == f"**Recommended**: `{report.name(pick.best)}`"  # right under the title
+    assert md.index("**Recommended**") < md.index("## Best trial per metric")
+    row = report.stats.loc[report.metric].loc[pick.best]
+    base = report.stats.loc[report.metric].loc[report.baseline]
+    values = report.per_query[report.per_query["metric"] == report.metric].pivot(
+        index="query_id", columns="trial_id", values="value"
+    )
+    low, high = bootstrap_ci(
+        (values[pick.best] - values[report.baseline]).to_numpy(), n_resamples=report.n_resamples
+    )
+    assert low <= row["delta"] <= high
+    gain = next(x for x in lines if x.startswith("- **Gain over the baseline**"))
+    assert gain == (
+        f"- **Gain over the baseline** `{report.name(report.baseline)}`: {report.metric} "
+        f"{row['delta']:+.4f} ({base['mean']:.4f} → {row['mean']:.4f}; 95% CI of the "
+        f"difference {low:+.4f} to {high:+.4f}), p_adj = {row['p_adjusted']:.3g}, "
+        f"{'significant' if row['significant'] else 'not significant'}."
+    )
+    confidence = next(x for x in lines if x.startswith("- **Confidence**: "))
+    share = f"{report.confidence.p_best[pick.best]:.0%}"
+    assert confidence.startswith(f"- **Confidence**: best in {share} of 10,000 bootstrap")
+    p50 = report.trials.set_index("trial_id")["latency.total.p50_ms"]
+    latency = next(x for x in lines if x.startswith("- **Latency**: "))
+    assert latency.startswith(
+        f"- **Latency**: p50 {p50[pick.best]:.3g} ms per query, the baseline's "
+        f"{p50[report.baseline]:.3g} ms"
+    )
+    assert "- **Labels**: the dataset's own, not generated." in lines
+    headline = page.split("<section class='headline' id='headline'>")[1].split("</section>")[0]
+    assert page.index("id='headline'") < page.index("<h2>Summary</h2>")
+    assert f"<b>Recommended</b>: <code>{report.name(pick.best)}</code>" in headline
+    assert headline.count("<li>") == 4 and "`" not in headline and "**" not in headline
+
+
+def test_the_dataset_is_named_by_the_folder_the_labels_were_generated_from(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    documents = manifest["dataset"]["documents"]
+    manifest["dataset"]["sample"] = {
+        "documents": documents,
+        "of": documents,
+        "seed": 0,
+        "source": "/home/me/abstracts",
+    }
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    report = Report.from_run(copy)
+    assert report.dataset_name == "/home/me/abstracts"
+    md = report.write(("md",), out=tmp_path / "out")["md"].read_text()
+    name = manifest["dataset"]["name"]
+    assert f"Dataset `/home/me/abstracts` (test, a sample of {documents} of" in md
+    assert f"labels in `{name}`)" in md
+    plain = Report.from_run(run_dir).write(("md",), out=tmp_path / "plain")["md"].read_text()
+    assert f"Dataset `{name}` (test, " in plain  # no folder recorded: the dataset's name
+
+
+def _parts(label: str) -> list[str]:
+    return label.split(" | ")
+
+
+def test_no_trial_label_repeats_a_setting_every_trial_shares(
+    wide_run: Path, tmp_path: Path
+) -> None:
+    report = Report.from_run(wide_run)
+    shared = report.labels.shared
+    assert [(s.axis, s.part) for s in shared] == [("embedder", "hashing(dim=256)")]
+    full = dict(zip(report.trials["trial_id"], report.trials["label"], strict=True))
+    with_embedder = [t for t, label in full.items() if "hashing(dim=256)" in _parts(label)]
+    assert shared[0].using == len(with_embedder) < shared[0].of == len(full)
+    names = [report.name(t) for t in full]
+    assert len(set(names)) == len(full)  # still one name per trial
+    assert not any("hashing(dim=256)" in _parts(name) for name in names)
+    # the rerank part is not shared by every trial: it stays where it is
+    assert sum("rerank:" in name for name in names) == sum("rerank:" in x for x in full.values())
+    paths = report.write(("md", "html"), out=tmp_path)
+    page, md = paths["html"].read_text(), paths["md"].read_text()
+    assert "Shared by every trial: embedder <code>hashing(dim=256)</code>" in page
+    assert "Shared by every trial: embedder `hashing(dim=256)` (in every trial that has one" in md
+    # both trial tables of the page: the short label shown, the whole one on hover
+    tables = page.split("<h2>Trials</h2>")[1].split("<h2>")[0]
+    cells = re.findall(r"<span title='([^']*)'>(.*?)</span>", tables)
+    assert len(cells) == 2 * len(full)
+    named = {label: report.name(t) for t, label in full.items()}
+    for title, inner in cells:
+        shown = html.unescape(re.sub(r"<[^>]+>", "", inner))
+        assert shown == named[html.unescape(title)]
+    # the Markdown table's trial column, and the config section that keeps the whole spec
+    rows = md.split("## Trials")[1].split("\n## ")[0].splitlines()[4:]
+    labels = [re.split(r"(?<!\\)\|", row)[1].strip().replace("\\|", "|") for row in rows if row]
+    assert sorted(labels) == sorted(names)
+    assert "dim: 256" in md.split("## Config")[1]
+
+
+# ---------------------------------------------------------------- plots that can say something
+
+
+def _grid(rows: list[tuple[float, float, float]]) -> pd.DataFrame:
+    """Finished trials of a recursive chunker at (size, overlap) and BM25 b, with a metric."""
+    return pd.DataFrame(
+        [
+            {
+                "status": "ok",
+                "trial_id": f"t{i}",
+                "label": f"t{i}",
+                "param.chunker.kind": "recursive",
+                "param.chunker.size": size,
+                "param.chunker.overlap": overlap,
+                "param.retriever.kind": "bm25",
+                "param.retriever.b": b,
+                "ndcg@10": 0.5 + i / 100,
+            }
+            for i, (size, overlap, b) in enumerate(rows)
+        ]
+    )
+
+
+def test_a_heatmap_is_drawn_only_over_a_full_grid_and_a_line_only_through_a_trend() -> None:
+    size, overlap, b = "param.chunker.size", "param.chunker.overlap", "param.retriever.b"
+    # two chunkings that set size and overlap at once, each with two values of b
+    trials = _grid([(500, 50, 0.4), (500, 50, 0.9), (1200, 100, 0.4), (1200, 100, 0.9)])
+    assert together(trials, size, overlap) and not together(trials, size, b)
+    assert grid_problem(trials, size, overlap) == (
+        "chunker.size and chunker.overlap change together: 2 of the 4 combinations of their "
+        "values were swept"
+    )
+    assert grid_problem(trials, size, b) is None
+    assert heatmap_pairs(trials, [size, overlap, b]) == [(size, b, None)]  # overlap goes with size
+    with pytest.raises(DataError, match=r"^heatmap: chunker\.size and chunker\.overlap change"):
+        heatmap(trials, size, overlap, "ndcg@10")
+    one = _grid([(500, 50, 0.4), (500, 50, 0.9)])
+    assert (
+        grid_problem(one, size, b)
+        == "chunker.size takes fewer than 2 values among the trials with both"
+    )
+    # a partial grid (3 of 4 cells) is no heatmap either
+    assert "3 of the 4 combinations" in str(grid_problem(trials.iloc[:3], size, b))
+    # two sizes: points, no line between them; three: a line
+    assert not is_trend([500, 1200, 500]) and is_trend([300, 500, 1200])
+    figure = metric_vs_chunk_size(trials, "ndcg@10")
+    lines = figure.axes[0].get_lines()
+    assert lines and all(line.get_linestyle() == "None" for line in lines)
+    assert figure.axes[0].get_title().endswith("(2 sizes: points, not a trend)")
+    three = _grid([(300, 50, 0.4), (500, 50, 0.4), (1200, 50, 0.4)])
+    drawn = metric_vs_chunk_size(three, "ndcg@10").axes[0]
+    assert drawn.get_lines()[0].get_linestyle() == "-" and "trend" not in drawn.get_title()
+
+
+def test_a_run_whose_chunkings_change_size_and_overlap_at_once_draws_no_heatmap_over_them(
+    tmp_path: Path,
+) -> None:
+    config = {
+        "name": "chunkings",
+        "dataset": {"path": str(require(DEMO))},
+        "evaluation": {"metrics": ["ndcg@10"], "depth": 10},
+        "latency": {"queries": 0},
+        "sweep": {
+            "chunker": [
+                {"kind": "recursive", "size": 300, "overlap": 0},
+                {"kind": "recursive", "size": 900, "overlap": 100},
+            ],
+            "retriever": [{"kind": "bm25", "b": [0.4, 0.9]}],
+        },
+    }
+    out = run(config, tmp_path / "run", cache_root=tmp_path / "c", limit_queries=20, progress=False)
+    report = Report.from_run(out.path)
+    names = [plot.name for plot in report.plots()]
+    assert "heatmap_chunker.size_retriever.b" in names
+    assert not any("chunker.overlap" in name for name in names)
+    md = report.write(("md",), out=tmp_path / "out")["md"].read_text()
+    assert "- chunker.size and chunker.overlap change together in this sweep" in md
+    assert "(2 sizes: points, not a trend)" not in md  # said in the figure, not the text
+    pngs = {p.stem for p in (tmp_path / "out" / "plots").glob("*.png")}
+    assert "heatmap_chunker.size_retriever.b" in pngs and "chunk_size" in pngs

@@ -39,7 +39,7 @@ def _numbers(args: argparse.Namespace) -> dict[str, int | float | None]:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from ragbench.data.generate import build_method, generate
+    from ragbench.data.generate import DEFAULT_LEVEL, build_method, generate
     from ragbench.text.loaders import skipped_summary
 
     numbers = _numbers(args)
@@ -61,6 +61,7 @@ def _generate(args: argparse.Namespace) -> int:
         method,
         n=50 if n is None else int(n),
         seed=int(seed or 0),
+        level=args.level or DEFAULT_LEVEL,
         include=args.include,
         exclude=args.exclude,
     )
@@ -109,10 +110,12 @@ def _judge(args: argparse.Namespace) -> int:
 
 
 _GENERATE_DESCRIPTION = """\
-Sample N places of CORPUS (round-robin over documents, then over their sections,
-seeded), make a query of each and write a span-labeled set to --out that
-`ragbench datasets validate` accepts. CORPUS is a file or folder of documents, or
-a labeled set (BEIR, span-labeled, chunking_evaluation) whose documents are used.
+Sample places of CORPUS (round-robin over documents, then over their sections,
+seeded), make a query of each until N of them are judged at the evaluation
+--level, and write those N as a span-labeled set to --out that `ragbench
+datasets validate` accepts (fewer, said in one line, when CORPUS has no more).
+CORPUS is a file or folder of documents, or a labeled set (BEIR, span-labeled,
+chunking_evaluation) whose documents are used.
 
 methods:
   ict       (offline, the default) a sentence is the query (inverse cloze task):
@@ -199,7 +202,14 @@ _GENERATE = Command(
         *globs("CORPUS"),
         Arg("--out", path="output folder", required=True, help="folder to write (new or empty)"),
         Arg("--method", default="ict", metavar="{ict,headings,llm}", help="(default: ict)"),
-        _Number("--n", "N", int, "queries to generate (default: 50)"),
+        _Number("--n", "N", int, "queries judged at --level to generate (default: 50)"),
+        Arg(
+            "--level",
+            metavar="{document,chunk,span}",
+            help="the evaluation level (evaluation.level) the N queries are judged at: document "
+            "(the default, as a run's and optimize's), chunk or span; drawn queries judged at "
+            "other levels only are left out",
+        ),
         _Number("--seed", "S", int, "sampling seed (default: 0)"),
         _Number(
             "--min-words",

@@ -49,6 +49,8 @@ def _optimize(args: argparse.Namespace) -> int:
         how = "reused" if made is None else f"generated from {made.documents:,} documents"
         judged = "" if done.generated == done.queries else f", {done.queries:,} judged by document"
         print(f"labels:        {done.labels} ({done.generated:,} queries, {how}{judged})")
+        if done.shortfall is not None:
+            print(done.shortfall)
     print_frame(trial_table(done.run.trials, done.run.metrics))
     print(f"\nrun directory: {done.run.path}\nreport:        {done.files['html']}\n")
     lines = answer_lines(done.report, args.collection)
@@ -86,7 +88,12 @@ OPTIMIZE = Command(
             path="output folder",
             help="folder for the labels and the run (default: runs/optimize-<DOCS name>)",
         ),
-        Arg("--n", type=int, help="queries to generate (default 300)"),
+        Arg(
+            "--n",
+            type=int,
+            help="queries to generate, each judged at the level the sweep evaluates (default "
+            "300; fewer, said in one line, when DOCS gives no more)",
+        ),
         Arg(
             "--generate",
             action="store_true",

@@ -57,6 +57,16 @@ class LabeledSet:
     answers: dict[str, str] = field(default_factory=dict)
     levels: dict[str, frozenset[str]] = field(default_factory=dict)
 
+    @property
+    def generated_from(self) -> str | None:
+        """The folder or file a generated set's documents were read from (its queries'
+        ``generator.source``), which is what the user calls the dataset; None for other sets."""
+        for query in self.queries:
+            generator = query.metadata.get("generator")
+            if isinstance(generator, dict) and isinstance(generator.get("source"), str):
+                return str(generator["source"])
+        return None
+
     @cached_property
     def doc_index(self) -> dict[str, Document]:
         """Documents by id."""

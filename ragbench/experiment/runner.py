@@ -437,6 +437,8 @@ def _manifest(checked: _Checked) -> dict[str, Any]:
         "split": labeled.split,
         "documents": len(labeled.documents),
     }
+    if labeled.generated_from is not None:  # the user's folder, not the labels folder
+        dataset["source"] = labeled.generated_from
     if ctx.sample is not None:  # the documents swept, of how many, and the seed
         dataset["sample"] = ctx.sample.as_dict()
     return {

@@ -13,8 +13,13 @@ import pandas as pd
 import yaml
 
 from ragbench.evaluate.metrics import higher_is_better
-from ragbench.report.markdown import caveat_lines, documents_text, summary_lines, trials_text
-from ragbench.report.tables import short_labels
+from ragbench.report.markdown import (
+    caveat_lines,
+    dataset_line,
+    headline_lines,
+    shared_line,
+    summary_lines,
+)
 
 if TYPE_CHECKING:
     from ragbench.report.report import Report
@@ -55,6 +60,9 @@ td.best { font-weight: 700; background: #e8f6ec; }
 td.base { background: #f6f6fb; }
 .up { color: #137a34; } .down { color: #b3261e; }
 li.pick { font-size: 15px; margin-bottom: .3rem; }
+.headline { border: 1px solid #c9d8c9; border-left: 4px solid #137a34; background: #f4faf5;
+            padding: .5rem 1rem; margin: .8rem 0 1rem; }
+.headline p.pick { font-size: 16px; margin: .3rem 0; } .headline ul { margin: .3rem 0; }
 li.caveat { color: #8a5a00; }
 figure { display: inline-block; margin: .5rem 1rem 1rem 0; vertical-align: top;
          max-width: min(100%, 620px); }
@@ -108,9 +116,11 @@ def _best(values: pd.Series, lowest: bool) -> set[Hashable]:
     return set(found.index[np.isclose(found, top, rtol=0.0, atol=1e-12)])
 
 
-def _label(text: str) -> str:
-    """A trial label that may break after each ``|`` (long labels wrap, not widen the table)."""
-    return " |<wbr> ".join(_e(part) for part in text.split(" | "))
+def _label(text: str, full: str) -> str:
+    """A trial label that may break after each ``|`` (long labels wrap, not widen the table),
+    its whole label on hover."""
+    parts = " |<wbr> ".join(_e(part) for part in text.split(" | "))
+    return f"<span title='{_e(full)}'>{parts}</span>"
 
 
 def _value(text: str) -> str:
@@ -126,15 +136,12 @@ def _trial_table(report: Report, stages: bool) -> str:
     """Metrics with total latency, tokens and cost, or (``stages``) those of every stage.
 
     The first column is the trial's rank by the primary metric (the same number in both
-    tables); the table of metrics has the whole label and trial id, the table of stages only
-    the parts of the label that differ between trials."""
+    tables); both show the label without what every trial shares (the whole label on hover),
+    the table of metrics the trial id too."""
     numeric = report.to_dataframe()
     shown = report.display_table(stages=stages)
     if stages:
         shown = shown[["trial", *[c for c in shown.columns if _spent(numeric, c) is not None]]]
-        labels = short_labels(list(shown["trial"]), None)
-    else:
-        labels = list(shown["trial"])
     best: dict[Hashable, set[Hashable]] = {
         metric: _best(numeric[metric], lowest=not higher_is_better(metric))
         for metric in report.metrics
@@ -148,9 +155,8 @@ def _trial_table(report: Report, stages: bool) -> str:
     )
     redundant = report.redundant
     rows = []
-    for rank, ((trial_id, row), label) in enumerate(
-        zip(shown.iterrows(), labels, strict=True), start=1
-    ):
+    for rank, (trial_id, row) in enumerate(shown.iterrows(), start=1):
+        label = _label(str(row["trial"]), report.label(str(trial_id)))
         base = " base" if trial_id == report.baseline else ""
         cells = [f"<td class='rank{base}'>{rank}</td>"]
         for name, value in row.items():
@@ -162,9 +168,9 @@ def _trial_table(report: Report, stages: bool) -> str:
             if name != "trial":
                 text = _value(str(value))
             elif stages:
-                text = _label(label)
+                text = label
             else:
-                text = f"{_label(label)}<br><code class='id'>{_e(trial_id)}</code>"
+                text = f"{label}<br><code class='id'>{_e(trial_id)}</code>"
                 if trial_id in redundant:
                     text += (
                         f"<br><span class='note'>redundant: {_e(redundant[str(trial_id)])}</span>"
@@ -221,7 +227,7 @@ def _drilldown(report: Report) -> str:
     frame = report.drilldown(n=8)
     if frame.empty:
         return f"<p>The best trial and the {role.split()[0].lower()} agree on every query.</p>"
-    base, best = report.label(against), report.label(report.best)
+    base, best = report.name(against), report.name(report.best)
     parts = [
         f"<p>{_e(role)} <code>{_e(base)}</code> vs best <code>{_e(best)}</code> on "
         f"{_e(report.metric)}.</p>"
@@ -336,20 +342,32 @@ def _summary(report: Report) -> str:
     return f"{texts}<ul>{''.join(items)}</ul>"
 
 
+def _headline(report: Report) -> str:
+    """The answer first (``markdown.headline_lines``): the pick, then its gain, confidence,
+    latency and labels as a list."""
+    lines = headline_lines(report)
+    texts = "".join(f"<p class='pick'>{inline_html(x)}</p>" for x in lines if x and x[0] != "-")
+    items = "".join(f"<li>{inline_html(x[2:])}</li>" for x in lines if x.startswith("- "))
+    return f"<section class='headline' id='headline'>{texts}<ul>{items}</ul></section>"
+
+
+def _plot_notes(report: Report) -> str:
+    notes = report.plot_notes()
+    return "".join(f"<p class='meta'>{_e(note)}</p>" for note in notes)
+
+
 def render_html(report: Report, images: dict[str, bytes]) -> str:
     """The whole report as one HTML document."""
     manifest = report.manifest
-    dataset = manifest["dataset"]
     failed = ""
     if not report.failed.empty:
         table = pd.DataFrame(report.failed).to_html(index=False)
         failed = f"<h2>Failed trials</h2><div class='wide'>{table}</div>"
     config = yaml.safe_dump(manifest["config"], sort_keys=False)
-    meta = (
-        f"Dataset <b>{_e(dataset['name'])}</b> ({_e(dataset['split'])}, "
-        f"{_e(documents_text(report))}), {manifest['queries']['count']} queries, "
-        f"{_e(trials_text(report))}, level {_e(manifest['evaluation']['level'])}. "
-        f"Fingerprint <code>{_e(manifest['dataset_fingerprint'][:16])}</code>."
+    meta = "".join(
+        f"<p class='meta'>{inline_html(line)}</p>"
+        for line in [dataset_line(report), *shared_line(report)]
+        if line
     )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -357,7 +375,8 @@ def render_html(report: Report, images: dict[str, bytes]) -> str:
 <style>{_STYLE}</style></head>
 <body>
 <h1>{_e(manifest["config"]["name"])}</h1>
-<p class="meta">{meta}</p>
+{_headline(report)}
+{meta}
 <h2>Summary</h2>{_summary(report)}
 <h2>Trials</h2>
 <p class="meta">Mean ± half the {int(100 * 0.95)}% bootstrap interval; ▲/▼: significantly
@@ -368,7 +387,7 @@ trial tied for it (latency: lowest p95; tokens and cost: lowest); #: rank by
 <h3>{_e(_stages_heading(report))}</h3>
 {_trial_table(report, stages=True)}
 {_selection(report)}
-<h2>Plots</h2>{_figures(images)}
+<h2>Plots</h2>{_figures(images)}{_plot_notes(report)}
 <h2>Drill-down</h2>{_drilldown(report)}
 {failed}
 <h2>Config</h2><pre>{_e(config)}</pre>

@@ -13,21 +13,24 @@ import yaml
 
 from ragbench.evaluate.metrics import best_index, higher_is_better
 from ragbench.experiment.latency import CONTENTION
-from ragbench.report.confidence import tie_text
-from ragbench.report.tables import markdown_table, md_code, md_fence, md_text
+from ragbench.report.confidence import percent, tie_text
+from ragbench.report.tables import TOTAL_P50, markdown_table, md_code, md_fence, md_text
 
 if TYPE_CHECKING:
-    from ragbench.report.report import Report
+    from ragbench.report.report import Recommendation, Report
 
 __all__ = [
     "answer_lines",
     "caveat_lines",
     "confidence_line",
+    "dataset_line",
     "documents_text",
+    "headline_lines",
     "labels_line",
     "recommendation_line",
     "render_markdown",
     "sample_line",
+    "shared_line",
     "summary_lines",
     "trials_text",
 ]
@@ -38,7 +41,7 @@ def summary_lines(report: Report) -> list[str]:
     evidence cannot carry (``caveat_lines``) and whether the labels were generated, the best
     trial per metric with its difference, then redundant trials, metrics the run skipped or the
     report could not test (and why) and unknown costs."""
-    base = md_code(report.label(report.baseline))
+    base = md_code(report.name(report.baseline))
     lines = [
         f"Baseline: {base}. Test: {report.test}, {report.correction} correction, "
         f"alpha {report.alpha}; ▲/▼ mark significant differences from the baseline.",
@@ -68,7 +71,7 @@ def summary_lines(report: Report) -> list[str]:
             continue
         verdict = "significant" if row["significant"] else "not significant"
         lines.append(
-            f"- **{md_text(metric)}**: {md_code(report.label(best))} {row['mean']:.4f} "
+            f"- **{md_text(metric)}**: {md_code(report.name(best))} {row['mean']:.4f} "
             f"({row['delta']:+.4f} vs baseline, p_adj = {row['p_adjusted']:.3g}, {verdict}; "
             f"95% CI {row['ci_low']:.4f}–{row['ci_high']:.4f}; "
             f"wins/ties/losses {wins}/{int(row['ties'])}/{losses}{ties})"
@@ -134,16 +137,16 @@ def _pick(report: Report, trial_id: str, tied: tuple[str, ...], metric: str | No
     fastest when latency separates them."""
     metric = metric or report.metric
     mean = float(report.stats.loc[metric]["mean"][trial_id])
-    latency = report.trials.set_index("trial_id").get("latency.total.p50_ms")
+    latency = report.trials.set_index("trial_id").get(TOTAL_P50)
     ms = latency if latency is not None else pd.Series(dtype=float)
     p50 = ms.get(trial_id, float("nan"))
     cost = f", p50 {p50:.3g} ms" if p50 == p50 else ""
     low, high = (float(report.stats.loc[metric][c][trial_id]) for c in ("ci_low", "ci_high"))
     interval = f" [95% CI {low:.4f}–{high:.4f}]" if low == low and high == high else ""
-    shown = f"{md_code(report.label(trial_id))} ({metric} {mean:.4f}{interval}{cost}"
+    shown = f"{md_code(report.name(trial_id))} ({metric} {mean:.4f}{interval}{cost}"
     if not tied:
         return shown + ")"
-    tie = tie_text([md_code(report.label(t)) for t in tied], mean)
+    tie = tie_text([md_code(report.name(t)) for t in tied], mean)
     others = ms.reindex([t for t in tied if t != trial_id])
     if p50 == p50 and others.notna().all() and bool((others > p50).all()):
         return shown + f"; the fastest in a {tie})"
@@ -177,7 +180,7 @@ def confidence_line(report: Report) -> str:
             "other to compare it with."
         )
     among = f", {evidence.among}" if evidence.among else ""
-    return f"{head}: {report.confidence.line(lambda t: md_code(report.label(t)))}{among}."
+    return f"{head}: {report.confidence.line(lambda t: md_code(report.name(t)))}{among}."
 
 
 def labels_line(report: Report) -> list[str]:
@@ -226,7 +229,7 @@ def _redundant(report: Report) -> list[str]:
     found = report.redundant
     if not found:
         return []
-    listed = "; ".join(md_code(report.label(t)) for t in list(found)[:3])
+    listed = "; ".join(md_code(report.name(t)) for t in list(found)[:3])
     more = f" and {len(found) - 3} more" if len(found) > 3 else ""
     reasons = "; ".join(sorted(set(found.values())))
     return [
@@ -265,11 +268,12 @@ def _notes(report: Report) -> list[str]:
                 f"- Cost per query is unknown for {unknown} trial(s): the config's `prices` "
                 "has no price for their model; the quality-vs-cost plot uses tokens per query."
             )
-    return lines + _latency_notes(report.trials)
+    return lines + _latency_notes(report)
 
 
-def _latency_notes(trials: pd.DataFrame) -> list[str]:
+def _latency_notes(report: Report) -> list[str]:
     """How latency was measured, and which trials were measured on a busy machine."""
+    trials = report.trials
     if "latency.queries" not in trials.columns or trials["latency.queries"].isna().all():
         return []
     first = trials.dropna(subset=["latency.queries"]).iloc[0]
@@ -286,28 +290,152 @@ def _latency_notes(trials: pd.DataFrame) -> list[str]:
     share = trials["latency.contention"].astype(float)
     busy = trials[share > CONTENTION]
     if not busy.empty:
+        names = ", ".join(map(report.name, busy["trial_id"].head(3)))
         lines.append(
             f"- **Latency of {len(busy)} trial(s) was measured under contention**: other "
             f"processes used up to {share.max():.0%} of the CPU meanwhile "
-            f"({md_text(', '.join(busy['label'].head(3)))}{', ...' if len(busy) > 3 else ''}); "
+            f"({md_text(names)}{', ...' if len(busy) > 3 else ''}); "
             "the time they waited for a CPU was taken out of their figures, but cache and "
             "memory contention was not: measure again on a quiet machine to be sure."
         )
     return lines
 
 
+def headline_lines(report: Report) -> list[str]:
+    """The answer before the details, as Markdown: the recommended configuration (its label
+    without what every trial shares), then one item each for its gain over the baseline on
+    the primary metric (paired difference, its 95% bootstrap interval and corrected p), how
+    sure the pick is, its p50 latency against the baseline's, and whether the labels were
+    generated. Every number is one the details show (``Report.stats``, ``confidence``,
+    ``recommendation``) or the interval of the difference they show (``Report.gain``)."""
+    evidence = report.evidence
+    if evidence.withheld is not None:
+        return [
+            f"**No recommendation**: these queries cannot separate the trials on "
+            f"{md_text(report.metric)} (see {evidence.withheld.title} below).",
+            "",
+            _labels_item(report),
+        ]
+    pick = report.recommendation()
+    best = pick.best
+    shown = md_code(report.name(best))
+    if pick.tied:
+        tie = tie_text([md_code(report.name(t)) for t in pick.tied])
+        shown += f", the fastest of a {tie}" if best in pick.tied else f" ({tie})"
+    among = f" ({evidence.among})" if evidence.among else ""
+    return [
+        f"**Recommended{among}**: {shown}",
+        "",
+        _gain_item(report, best),
+        _confidence_item(report, best),
+        _latency_item(report, pick),
+        _labels_item(report),
+    ]
+
+
+def _gain_item(report: Report, trial_id: str) -> str:
+    """The pick against the baseline on the primary metric."""
+    metric, base = report.metric, report.baseline
+    stats = report.stats.loc[metric]
+    head = f"- **Gain over the baseline** {md_code(report.name(base))}"
+    if trial_id == base:
+        return f"{head}: none, the baseline is the pick ({metric} {stats['mean'][base]:.4f})."
+    row = stats.loc[trial_id]
+    low, high = report.gain(trial_id)
+    verdict = "significant" if row["significant"] else "not significant"
+    return (
+        f"{head}: {md_text(metric)} {row['delta']:+.4f} ({stats['mean'][base]:.4f} → "
+        f"{row['mean']:.4f}; 95% CI of the difference {low:+.4f} to {high:+.4f}), "
+        f"p_adj = {row['p_adjusted']:.3g}, {verdict}."
+    )
+
+
+def _confidence_item(report: Report, trial_id: str) -> str:
+    """How often the pick is the best when the queries are resampled."""
+    confidence = report.confidence
+    if report.evidence.finished == 1:
+        return confidence_line(report)
+    share = percent(float(confidence.p_best[trial_id]))
+    head = (
+        f"- **Confidence**: best in {share} of {confidence.n_resamples:,} bootstrap resamples "
+        f"of the {confidence.queries:,} queries"
+    )
+    others = [t for t in confidence.leaders if t != trial_id]
+    if not others:
+        return head + "."
+    many = f"{len(others)} other trial{'s' if len(others) > 1 else ''}"
+    return f"{head}; the queries cannot separate it from {many} (see Confidence in the pick)."
+
+
+def _latency_item(report: Report, pick: Recommendation) -> str:
+    """The pick's p50 latency against the baseline's, and the best within the bound when
+    that is another trial."""
+    if pick.bound_ms is None:
+        return "- **Latency**: the run measured none."
+    p50 = report.trials.set_index("trial_id")[TOTAL_P50]
+    mine, base = (_ms(float(p50[t])) for t in (pick.best, report.baseline))
+    line = f"- **Latency**: p50 {mine} per query, the baseline's {base}"
+    if pick.within is None or pick.within == pick.best:
+        return line + "."
+    mean = float(report.stats.loc[report.metric]["mean"][pick.within])
+    bound = "the baseline's" if pick.bound == "baseline" else "the budget's"
+    return (
+        f"{line}; the best within {bound}: {md_code(report.name(pick.within))} "
+        f"({md_text(report.metric)} {mean:.4f}, p50 {float(p50[pick.within]):.3g} ms)."
+    )
+
+
+def _ms(value: float) -> str:
+    """A latency in milliseconds, or that it was not measured (NaN)."""
+    return f"{value:.3g} ms" if value == value else "not measured"
+
+
+def _labels_item(report: Report) -> str:
+    """Whether the labels were generated."""
+    methods = report.generated_labels
+    if not methods:
+        return "- **Labels**: the dataset's own, not generated."
+    return "- **Labels: generated** " + labels_line(report)[0].removeprefix(
+        "- **Labels: generated** "
+    )
+
+
+def shared_line(report: Report) -> list[str]:
+    """The label parts every trial shares, said once, and a blank line (nothing when no
+    part is shared)."""
+    shared = report.labels.shared
+    if not shared:
+        return []
+    return [f"Shared by every trial: {'; '.join(s.text(md_code) for s in shared)}.", ""]
+
+
+def dataset_line(report: Report) -> str:
+    """The dataset by the user's name for it, its split, documents and queries, the trials,
+    the fingerprint and the evaluation level."""
+    manifest = report.manifest
+    dataset = manifest["dataset"]
+    labels = ""
+    if report.dataset_name != dataset["name"]:
+        labels = f", labels in {md_code(dataset['name'])}"
+    return (
+        f"Dataset {md_code(report.dataset_name)} ({md_text(dataset['split'])}, "
+        f"{md_text(documents_text(report))}{labels}), {manifest['queries']['count']} queries, "
+        f"{trials_text(report)}, fingerprint {md_code(manifest['dataset_fingerprint'][:16])}, "
+        f"level {md_text(manifest['evaluation']['level'])}."
+    )
+
+
 def render_markdown(report: Report, images: list[str]) -> str:
     """The whole Markdown report; ``images`` are plot names saved under ``plots/``."""
     manifest = report.manifest
-    dataset = manifest["dataset"]
     lines = [
         f"# {md_text(manifest['config']['name'])}",
         "",
-        f"Dataset {md_code(dataset['name'])} ({md_text(dataset['split'])}, "
-        f"{md_text(documents_text(report))}), {manifest['queries']['count']} queries, "
-        f"{trials_text(report)}, fingerprint {md_code(manifest['dataset_fingerprint'][:16])}, "
-        f"level {md_text(manifest['evaluation']['level'])}.",
+        *headline_lines(report),
         "",
+        dataset_line(report),
+        "",
+        *shared_line(report),
         "## Best trial per metric",
         "",
         *summary_lines(report),
@@ -327,8 +455,10 @@ def render_markdown(report: Report, images: list[str]) -> str:
             markdown_table(selection, index=False),
             "",
         ]
-    if images:
+    notes = [f"- {md_text(note)}" for note in report.plot_notes()]
+    if images or notes:
         lines += ["## Plots", ""] + [f"![{name}](plots/{name}.png)" for name in images] + [""]
+        lines += [*notes, ""] if notes else []
     lines += _drilldown_lines(report)
     if not report.failed.empty:
         lines += ["## Failed trials", ""]
@@ -358,7 +488,7 @@ def _drilldown_lines(report: Report) -> list[str]:
         return []
     against = "the baseline" if report.contender == report.baseline else "the runner-up"
     lines = [
-        f"## Queries where {md_code(report.label(report.best))} and {against} differ most",
+        f"## Queries where {md_code(report.name(report.best))} and {against} differ most",
         "",
     ]
     rows: Iterable[Any] = drill.itertuples()  # named tuples of the drill-down's columns

@@ -31,7 +31,7 @@ from matplotlib.ticker import MaxNLocator
 from ragbench.errors import ConfigError, DataError
 from ragbench.evaluate.metrics import higher_is_better
 from ragbench.registry import components
-from ragbench.report.grids import CHUNKER, chunker_kinds
+from ragbench.report.grids import CHUNKER, chunker_kinds, grid_problem, is_trend
 from ragbench.report.tables import short_labels, spend
 
 __all__ = [
@@ -164,6 +164,8 @@ def metric_vs_chunk_size(trials: pd.DataFrame, metric: str) -> Figure:
 
     Where other parameters vary, each point is the best trial at that size ("best of N").
     Trials without a size (chunker ``none``) become a dashed reference line per retriever.
+    With fewer than ``grids.TREND`` sizes a line would be one slope between two points, so
+    the points are drawn alone (a dot plot) and the title says so.
     """
     ok = _usable(trials, [metric, CHUNKER, RETRIEVER], "metric_vs_chunk_size")
     if SIZE not in ok.columns:
@@ -174,27 +176,34 @@ def metric_vs_chunk_size(trials: pd.DataFrame, metric: str) -> Figure:
         raise DataError("metric_vs_chunk_size: no finished trial has a chunk size")
     fig, ax = _new_figure()
     chunkers = sorted(sized[CHUNKER].astype(str).unique())
+    trend = is_trend(sized["_size"])
     for (chunker, retriever), series in sized.groupby([CHUNKER, RETRIEVER], sort=True):
-        _size_series(ax, series, metric, f"{chunker} · {retriever}", chunkers.index(chunker))
+        name = f"{chunker} · {retriever}"
+        _size_series(ax, series, metric, name, chunkers.index(chunker), trend)
     for retriever, series in ok[ok["_size"].isna()].groupby(RETRIEVER, sort=True):
         _reference_line(ax, series, metric, str(retriever))
     _size_axis(ax, sized)
     ax.set_ylabel(metric)
-    ax.set_title(f"{metric} by chunk size")
+    sizes = sized["_size"].nunique()
+    note = "" if trend else f"\n({sizes} size{'s' if sizes > 1 else ''}: points, not a trend)"
+    ax.set_title(f"{metric} by chunk size{note}")
     ax.grid(alpha=0.3)
     _legend_outside(ax, "chunker · retriever")
     return fig
 
 
-def _size_series(ax: Axes, series: pd.DataFrame, metric: str, name: str, style: int) -> None:
-    """One line: the best trial at each size of one (chunker, retriever) series."""
+def _size_series(
+    ax: Axes, series: pd.DataFrame, metric: str, name: str, style: int, trend: bool
+) -> None:
+    """The best trial at each size of one (chunker, retriever) series: a line when the
+    sizes can show a ``trend``, else the points alone."""
     pick = _best_of(metric)
     best = series.groupby("_size")[metric].agg([pick, "size"])
     tried = int(best["size"].max())
     ax.plot(
         best.index,
         best[pick],
-        linestyle=_LINESTYLES[style % len(_LINESTYLES)],
+        linestyle=_LINESTYLES[style % len(_LINESTYLES)] if trend else "none",
         marker=_MARKERS[style % len(_MARKERS)],
         color=kind_colour(series[RETRIEVER].iloc[0]),
         label=name + (f" (best of {tried})" if tried > 1 else ""),
@@ -476,7 +485,9 @@ def heatmap(
     """``metric`` over the grid of two swept parameters, each cell annotated; where other
     parameters vary, a cell shows the best trial with its (x, y) values. ``chunker`` keeps
     the trials of one chunker kind; a grid over a chunker option must not mix kinds
-    (``chunker_kinds``). A colour scale spanning a narrow range (``NARROW``) says so."""
+    (``chunker_kinds``). ``DataError`` when the grid says nothing (``grids.grid_problem``:
+    a single value, or parameters the sweep changed together). A colour scale spanning a
+    narrow range (``NARROW``) says so."""
     ok = _usable(trials, [x, y, metric], "heatmap")
     if chunker is not None:
         ok = ok[ok[CHUNKER].astype(str) == chunker]
@@ -487,9 +498,9 @@ def heatmap(
             f"heatmap: {_param_name(x)} × {_param_name(y)} mixes chunker kinds "
             f"({', '.join(map(str, chunker_kinds(ok, x, y)))}); draw one per kind (chunker=...)"
         )
-    for column in (x, y):
-        if ok[column].astype(str).nunique() < 2:
-            raise DataError(f"heatmap: {column!r} takes fewer than 2 values among the trials")
+    problem = grid_problem(ok, x, y)
+    if problem is not None:
+        raise DataError(f"heatmap: {problem}")
     pick = _best_of(metric)
     grid = ok.pivot_table(index=y, columns=x, values=metric, aggfunc=pick)
     counts = ok.groupby([y, x]).size()

@@ -45,8 +45,16 @@ from ragbench.report.drilldown import drilldown
 from ragbench.report.evidence import Evidence, assess, shared_text
 from ragbench.report.figures import VARYING, Plot, run_cache
 from ragbench.report.figures import images as figure_images
-from ragbench.report.grids import chunker_kinds, swept_parameters
-from ragbench.report.tables import latency_stages, markdown_table, spend, usage_stages, usd
+from ragbench.report.grids import changing_together, heatmap_pairs, swept_parameters
+from ragbench.report.labels import TrialLabels, trial_labels
+from ragbench.report.tables import (
+    TOTAL_P50,
+    latency_stages,
+    markdown_table,
+    spend,
+    usage_stages,
+    usd,
+)
 
 __all__ = ["Recommendation", "Report", "report_folder"]
 
@@ -54,8 +62,6 @@ log = logging.getLogger(__name__)
 
 Test = Literal["t", "wilcoxon", "permutation"]
 Correction = Literal["holm", "bonferroni", "bh", "none"]
-
-TOTAL_P50 = "latency.total.p50_ms"
 
 
 def report_folder(run_dir: Path | str) -> Path:
@@ -310,6 +316,40 @@ class Report:
         return str(self._finished.set_index("trial_id").loc[trial_id, "label"])
 
     @cached_property
+    def labels(self) -> TrialLabels:
+        """The finished trials' labels without the parts every trial shares, and those parts
+        (``labels.trial_labels``): what the report's text and tables call the trials."""
+        return trial_labels(self._finished)
+
+    def name(self, trial_id: str) -> str:
+        """A trial's label without the parts every trial shares (``labels``)."""
+        return self.labels(trial_id)
+
+    def gain(self, trial_id: str, metric: str | None = None) -> tuple[float, float]:
+        """The 95% bootstrap interval of the paired difference, trial minus baseline, on
+        ``metric`` (default: the primary) over the compared queries; its mean is ``stats``'
+        ``delta``. The resamples are ``n_resamples`` as for every interval of the report."""
+        metric = metric or self.metric
+        values = self.per_query[self.per_query["metric"] == metric]
+        pairs = values.pivot(index="query_id", columns="trial_id", values="value")
+        diffs = (pairs[trial_id] - pairs[self.baseline]).to_numpy()
+        return bootstrap_ci(diffs, n_resamples=self.n_resamples)
+
+    @property
+    def dataset_name(self) -> str:
+        """What the user calls the dataset: the folder the documents were read from when the
+        manifest records it (labels generated from a folder: ``dataset.source``, or
+        ``dataset.sample.source`` in runs from before it was recorded), else the dataset's
+        name."""
+        dataset = self.manifest["dataset"]
+        if isinstance(dataset.get("source"), str):
+            return str(dataset["source"])
+        sample = self.sample
+        if sample is not None and sample.source is not None:
+            return sample.source
+        return str(dataset["name"])
+
+    @cached_property
     def redundant(self) -> dict[str, str]:
         """Trials that cannot rank differently from another trial of the sweep (trial id →
         why, ``registry.redundancy``); a trial without a recorded config, or of a kind this
@@ -465,12 +505,13 @@ class Report:
         return " ▲" if better else " ▼"
 
     def display_table(self, stages: bool = False) -> pd.DataFrame:
-        """Strings for people: ``mean ± half-CI`` with ▲/▼ marks, latency (when the run measured
-        it), LLM tokens and US dollars per query (when a trial called an LLM; per stage with
+        """Strings for people: the trial (its label without what every trial shares,
+        ``labels``), ``mean ± half-CI`` with ▲/▼ marks, latency (when the run measured it), LLM
+        tokens and US dollars per query (when a trial called an LLM; per stage with
         ``stages``), build time."""
         frame = self.to_dataframe()
         out = pd.DataFrame(index=frame.index)
-        out["trial"] = frame["label"]
+        out["trial"] = [self.name(str(t)) for t in frame.index]
         for metric in self.metrics:
             half = (frame[f"{metric} ci_high"] - frame[f"{metric} ci_low"]) / 2
             out[metric] = [
@@ -626,9 +667,11 @@ class Report:
     def plots(self) -> list[Plot]:
         """Every plot this run could draw (each says itself whether it applies). The trials
         table reaches them without its run-varying columns (``figures.VARYING``), so a rerun
-        of the same sweep draws the same plots and finds them cached."""
+        of the same sweep draws the same plots and finds them cached; its trials are named as
+        in the tables (``labels``)."""
         trials = self.trials.drop(columns=[c for c in VARYING if c in self.trials.columns])
-        labels = dict(zip(self.trials["trial_id"], self.trials["label"], strict=True))
+        labels = {str(t): self.name(str(t)) for t in trials["trial_id"]}
+        trials = trials.assign(label=trials["trial_id"].map(labels))
         baseline = {"baseline": self.baseline}
         wanted = [
             Plot("pareto", "pareto", (trials, self.metric), baseline),
@@ -651,19 +694,35 @@ class Report:
                 {"labels": labels},
             ),
         ]
-        swept = [p for p in swept_parameters(trials) if pd.api.types.is_numeric_dtype(trials[p])]
-        for i, x in enumerate(swept):
-            for y in swept[i + 1 :]:
-                for kind in chunker_kinds(trials, x, y):
-                    name = f"heatmap_{x}_{y}".replace("param.", "")
-                    wanted.append(
-                        Plot(
-                            name if kind is None else f"{name}_{kind}",
-                            "heatmap",
-                            (trials, x, y, self.metric, kind),
-                        )
-                    )
+        for x, y, kind in heatmap_pairs(trials, self.grid_parameters):
+            name = f"heatmap_{x}_{y}".replace("param.", "")
+            wanted.append(
+                Plot(
+                    name if kind is None else f"{name}_{kind}",
+                    "heatmap",
+                    (trials, x, y, self.metric, kind),
+                )
+            )
         return wanted
+
+    @property
+    def grid_parameters(self) -> list[str]:
+        """The numeric parameters the sweep varied (``param.*`` columns): the axes of its
+        heatmaps (``grids.heatmap_pairs``)."""
+        trials = self.trials
+        swept = swept_parameters(trials)
+        return [p for p in swept if pd.api.types.is_numeric_dtype(trials[p])]
+
+    def plot_notes(self) -> list[str]:
+        """Why the plots leave out what they leave out: parameters the sweep changed together
+        get no heatmap between them (``grids.changing_together``)."""
+        pairs = changing_together(self.trials, self.grid_parameters)
+        return [
+            f"{x.removeprefix('param.')} and {y.removeprefix('param.')} change together in "
+            "this sweep (each value of one goes with one value of the other), so no heatmap "
+            "is drawn over them: their effects cannot be told apart."
+            for x, y in pairs
+        ]
 
     def figures(self) -> dict[str, Any]:
         """Every plot that applies to this run (name → matplotlib Figure), drawn now."""
@@ -708,8 +767,12 @@ class Report:
 
     def _repr_html_(self) -> str:
         table = self.display_table().to_html(index=False, escape=True)
-        base = html.escape(self.label(self.baseline))
-        return f"<p><b>{html.escape(self.metric)}</b> vs baseline <code>{base}</code></p>{table}"
+        base = html.escape(self.name(self.baseline))
+        shared = "; ".join(s.text() for s in self.labels.shared)
+        note = f"<p>Shared by every trial: {html.escape(shared)}</p>" if shared else ""
+        return (
+            f"<p><b>{html.escape(self.metric)}</b> vs baseline <code>{base}</code></p>{note}{table}"
+        )
 
 
 TIE = "tie"  # the trial id standing for a tie in the selection table's per-query values

@@ -11,6 +11,7 @@ import pandas as pd
 from ragbench.evaluate.metrics import best_first, best_index
 
 __all__ = [
+    "TOTAL_P50",
     "best_per_metric",
     "latency_stages",
     "markdown_table",
@@ -27,6 +28,9 @@ __all__ = [
 # HTML's special characters as entities; Markdown's link, code, escape and table syntax escaped.
 _MD_TEXT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"} | {c: "\\" + c for c in "\\`[]|"})
 _BACKTICKS = re.compile("`+")
+
+TOTAL_P50 = "latency.total.p50_ms"
+"""The trials table's column of p50 total latency per query (ms): what a pick's latency is."""
 
 
 def _one_line(value: object) -> str:

@@ -1,7 +1,8 @@
 """Generate a span-labeled set from documents alone (``ragbench datasets generate``).
 
-``generate(corpus, out, method, n=50, seed=0)`` samples ``n`` places of the corpus, makes a query
-of each, and writes a span-labeled set (``corpus/`` + ``queries.jsonl``, see
+``generate(corpus, out, method, n=50, seed=0, level="document")`` samples places of the corpus,
+makes a query of each until ``n`` of them are judged at the evaluation ``level`` (see "Judged
+at a level" below), and writes a span-labeled set (``corpus/`` + ``queries.jsonl``, see
 ``ragbench.data.spans``) that ``ragbench datasets validate`` accepts. The corpus is a file or
 folder ``ragbench.load`` reads, or a labeled set of any format (its documents are used, e.g.
 SciFact's or the chunking-evaluation corpora); the documents keep the ids they were loaded with.
@@ -36,10 +37,18 @@ repeated in the corpus — is dropped, and so is one whose cut would take text o
 query's evidence. How well the result ranks configurations like real labels is measured in
 ``benchmarks/RESULTS.md``.
 
+**Judged at a level.** ``n`` counts the queries a run at evaluation ``level`` scores: at the
+document level, those that judge a document (an ict sentence whose context repeats most of its
+words is judged at the chunk and span levels only); at the chunk and span levels, those with
+span evidence. Sampling goes on (seeded: the same set for the same seed) until ``n`` such
+queries are kept once held out, and the set holds those ``n`` alone (the others drawn are
+counted as dropped, ``not judged at the <level> level``); a corpus that cannot give that many
+gives every one it can, and the summary says so in one line (``GenerationResult.shortfall``).
+
 Every query records, in its ``metadata``: ``method``, ``sources`` (the passages it was made from,
-``doc_id``/``start``/``end`` in the documents as cut), ``cut`` (the range taken out, in the
-document as stored), the method's details (a heading's level, how each LLM excerpt was matched)
-and ``generator`` (method, n, seed and the method's settings: window, evidence terms, filters,
+``doc_id``/``start``/``end`` in the documents as cut), ``cut`` (the range taken out, in the document
+as stored), the method's details (a heading's level, how each LLM excerpt was matched) and
+``generator`` (method, n, level, seed and the method's settings: window, evidence terms, filters,
 model, prompt version, ...). Its ``type`` is the method (``multi_hop`` for questions over two
 documents).
 """
@@ -68,6 +77,7 @@ from ragbench.data.generate.base import (
 )
 from ragbench.data.generate.llm import LLMMethod, copy_share, locate_excerpt, near_duplicates
 from ragbench.data.generate.offline import GENERIC_HEADINGS, HeadingsMethod, IctMethod
+from ragbench.data.labeled import LEVELS
 from ragbench.data.sample import Sampled
 from ragbench.data.spans import DEFAULT_EVIDENCE_GRADE, write_spans
 from ragbench.errors import ConfigError, DataError, RagbenchError
@@ -77,6 +87,7 @@ from ragbench.text.loaders import LoadProblem, load
 from ragbench.types import Document
 
 __all__ = [
+    "DEFAULT_LEVEL",
     "GENERIC_HEADINGS",
     "METHODS",
     "Generation",
@@ -98,6 +109,9 @@ __all__ = [
 StrPath = str | os.PathLike[str]
 
 METHODS = ("ict", "headings", "llm")
+DEFAULT_LEVEL = "document"
+"""The evaluation level ``n`` counts judged queries at by default: ``evaluation.level``'s
+default, the level ``ragbench optimize`` sweeps at."""
 # option -> the methods it applies to
 _OPTIONS: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(
@@ -195,20 +209,36 @@ def corpus_documents(
 
 @dataclass(frozen=True)
 class GenerationResult:
-    """The set ``generate`` wrote at ``path`` and how it went: queries written, candidates the
-    corpus offered and those skipped, sampled places dropped (both by reason), LLM requests
-    made and answered from the cache, files the loader skipped."""
+    """The set ``generate`` wrote at ``path`` and how it went: queries written (each judged at
+    evaluation ``level``; ``n`` were asked for), candidates the corpus offered and those
+    skipped, sampled places dropped (both by reason), LLM requests made and answered from the
+    cache, files the loader skipped."""
 
     path: Path
     method: str
     queries: int
     documents: int
     candidates: int
+    n: int
+    level: str
     skipped: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
     requests: int = 0
     cached: int = 0
     problems: list[LoadProblem] = field(default_factory=list)
+
+    @property
+    def shortfall(self) -> str | None:
+        """One line saying why fewer than ``n`` queries were written, or None when ``n``
+        were."""
+        if self.queries >= self.n:
+            return None
+        queries = "query" if self.queries == 1 else "queries"
+        return (
+            f"--n {self.n}: the documents give only {self.queries:,} {queries} judged at the "
+            f"{self.level} level (every one of the {self.candidates:,} candidates was drawn; "
+            "see what was skipped and dropped)"
+        )
 
     def __str__(self) -> str:
         lines = [
@@ -216,6 +246,8 @@ class GenerationResult:
             f"{self.documents:,} documents, {self.candidates:,} candidates",
             f"dropped: {_counts(self.dropped)}",
         ]
+        if self.shortfall is not None:
+            lines.insert(0, self.shortfall)
         if self.skipped:
             lines.append(f"candidates skipped: {_counts(self.skipped)}")
         if self.method == "llm":
@@ -234,18 +266,29 @@ def generate(
     *,
     n: int = 50,
     seed: int = 0,
+    level: str = DEFAULT_LEVEL,
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
 ) -> GenerationResult:
-    """Write a span-labeled set of up to ``n`` queries generated from ``corpus`` by ``method``
-    (default ``IctMethod()``) into ``out``, a new or empty folder (see the module docstring);
-    ``include`` / ``exclude`` select the files of a folder by glob (``DirectoryLoader``)."""
+    """Write a span-labeled set of ``n`` queries judged at evaluation ``level`` (fewer when the
+    corpus has no more) generated from ``corpus`` by ``method`` (default ``IctMethod()``) into
+    ``out``, a new or empty folder (see the module docstring); ``include`` / ``exclude``
+    select the files of a folder by glob (``DirectoryLoader``)."""
     chosen = method or IctMethod()
     check_option("--n", n, 1)
     check_option("--seed", seed, 0)
+    _check_level(level)
     _check_target(Path(out))
     documents, problems = corpus_documents(corpus, include, exclude)
-    return generate_from(documents, out, chosen, n=n, seed=seed, where=corpus, problems=problems)
+    return generate_from(
+        documents, out, chosen, n=n, seed=seed, level=level, where=corpus, problems=problems
+    )
+
+
+def _check_level(level: str) -> None:
+    """``ConfigError`` naming ``--level`` unless ``level`` is an evaluation level."""
+    if level not in LEVELS:
+        raise ConfigError(f"--level: expected one of {', '.join(LEVELS)}, got {level!r}")
 
 
 def _check_target(target: Path) -> None:
@@ -262,6 +305,7 @@ def generate_from(
     n: int,
     seed: int,
     where: StrPath,
+    level: str = DEFAULT_LEVEL,
     problems: Sequence[LoadProblem] = (),
     sample: Sampled | None = None,
 ) -> GenerationResult:
@@ -270,15 +314,16 @@ def generate_from(
     query's ``generator`` metadata (a run on the set reports it, ``ragbench.data.sample``)."""
     target = Path(out)
     _check_target(target)
-    generation = method.run(documents, n, seed)
+    _check_level(level)
+    docs = {doc.id: doc for doc in documents}
+    generation, drafts, cuts = _drawn(documents, docs, method, n, seed, level)
     if not generation.candidates:
         skipped = f" (skipped: {_counts(generation.skipped)})" if generation.skipped else ""
         raise DataError(f"{where}: no {method.candidate}{skipped}")
-    generator = {"method": method.name, "n": n, "seed": seed, **method.settings()}
+    generator = {"method": method.name, "n": n, "level": level, "seed": seed, **method.settings()}
+    generator["source"] = str(Path(where).resolve())
     if sample is not None:
         generator["sample"] = sample.as_dict()
-    docs = {doc.id: doc for doc in documents}
-    drafts, cuts = _held_out(generation.drafts, docs, generation.dropped)
     if not drafts:
         raise RagbenchError(f"{where}: no query was kept (dropped: {_counts(generation.dropped)})")
     width = max(3, len(str(len(drafts))))
@@ -305,12 +350,40 @@ def generate_from(
         queries=len(records),
         documents=len(written),
         candidates=generation.candidates,
+        n=n,
+        level=level,
         skipped=dict(generation.skipped),
         dropped=dict(generation.dropped),
         requests=generation.requests,
         cached=generation.cached,
         problems=list(problems),
     )
+
+
+def _drawn(
+    documents: Sequence[Document],
+    docs: Mapping[str, Document],
+    method: Method,
+    n: int,
+    seed: int,
+    level: str,
+) -> tuple[Generation, list[Draft], dict[str, Cuts]]:
+    """The first ``n`` drafts of ``method`` judged at ``level`` (``Draft.judged_at``) that are
+    kept once held out (``_held_out``), their cuts, and the last draw: each draw asks for as
+    many more as are still missing, until ``n`` are kept or every candidate is drawn. The LLM
+    requests are those of every draw (a later draw finds an earlier one's in the cache)."""
+    want, made = n, 0
+    while True:
+        generation = method.run(documents, want, seed, level)
+        made += generation.requests
+        kept, _ = _held_out(generation.drafts, docs, generation.dropped)
+        if len(kept) >= n or generation.exhausted or not generation.drafts:
+            break
+        want += n - len(kept)
+    generation.cached -= made - generation.requests
+    generation.requests = made
+    chosen = kept[:n]
+    return generation, chosen, _cuts(chosen, docs)
 
 
 def held_out(

@@ -42,6 +42,7 @@ __all__ = [
     "folded",
     "plain",
     "stratified",
+    "unjudged",
     "word_count",
 ]
 
@@ -329,11 +330,26 @@ class Draft:
     judged: tuple[str, ...] = ()
     levels: tuple[str, ...] = ()
 
+    def judged_at(self, level: str) -> bool:
+        """Whether a set that holds the draft judges it at evaluation ``level``, as
+        ``LabeledSet.judged_at`` and a run's evaluable queries will: at a level it names (every
+        level when it names none), with span evidence at the chunk and span levels, or a
+        document judged (by evidence or as a whole) at the document level."""
+        if self.levels and level not in self.levels:
+            return False
+        return bool(self.evidence or (level == "document" and self.judged))
+
+
+def unjudged(level: str) -> str:
+    """The reason a draft that is not judged at evaluation ``level`` is dropped for."""
+    return f"not judged at the {level} level"
+
 
 @dataclass
 class Generation:
     """What a method produced: the drafts, how many candidates the corpus offered, the
-    candidates skipped (by reason), the sampled ones dropped (by reason) and LLM requests."""
+    candidates skipped (by reason), the sampled ones dropped (by reason), LLM requests, and
+    whether every candidate was drawn (``exhausted``: asking for more gives no more)."""
 
     drafts: list[Draft]
     candidates: int
@@ -341,6 +357,7 @@ class Generation:
     dropped: Counter[str] = field(default_factory=Counter)
     requests: int = 0
     cached: int = 0
+    exhausted: bool = False
 
 
 class Method(Protocol):
@@ -360,6 +377,11 @@ class Method(Protocol):
         """The options recorded in each generated query's metadata."""
         ...
 
-    def run(self, documents: Sequence[Document], n: int, seed: int) -> Generation:
-        """At most ``n`` drafts from ``documents``, sampled with ``seed``."""
+    def run(
+        self, documents: Sequence[Document], n: int, seed: int, level: str | None = None
+    ) -> Generation:
+        """At most ``n`` drafts from ``documents``, sampled with ``seed``, each judged at
+        evaluation ``level`` when given (the others passed over, counted in ``dropped``); a
+        larger ``n`` draws the candidates a smaller one draws, and more (``generate`` asks for
+        more until ``n`` are kept)."""
         ...

@@ -42,6 +42,7 @@ from ragbench.data.generate.base import (
     check_option,
     document_sections,
     stratified,
+    unjudged,
     word_count,
 )
 from ragbench.data.spans import find_passage
@@ -355,9 +356,11 @@ class LLMMethod(CheckedOptions):
             "multi_hop": self.multi_hop,
         }
 
-    def run(self, documents: Sequence[Document], n: int, seed: int) -> Generation:
+    def run(
+        self, documents: Sequence[Document], n: int, seed: int, level: str | None = None
+    ) -> Generation:
         """Up to ``n`` questions (``multi_hop`` of them over two documents), one request per
-        sampled passage or pair."""
+        sampled passage or pair; with ``level``, those judged at it (with span evidence)."""
         check_option("--multi-hop", self.multi_hop, 0, n)
         skipped: Counter[str] = Counter()
         strata = [
@@ -367,6 +370,7 @@ class LLMMethod(CheckedOptions):
         jobs: list[tuple[Passage, ...]] = [
             (p,) for p in islice(stratified(strata, seed), n - self.multi_hop)
         ]
+        exhausted = len(jobs) < n - self.multi_hop  # every passage is asked about
         jobs += self._pairs(strata, seed)
         client = LLMClient(self.llm, LLMCache(self.cache or default_cache_root()), where="llm")
         replies = client.chat_many([self._messages(job) for job in jobs], _REPLY_SCHEMA)
@@ -376,6 +380,10 @@ class LLMMethod(CheckedOptions):
             for job, reply in zip(jobs, replies, strict=True)
             if (draft := self._draft(job, reply.text, dropped)) is not None
         ]
+        if level is not None:
+            judged = [draft for draft in drafts if draft.judged_at(level)]
+            dropped[unjudged(level)] += len(drafts) - len(judged)
+            drafts = judged
         requests, cached = client.usage.requests, client.usage.cached
         if self.dedup < 1 and len(drafts) > 1:
             embedder = components("embedder").build(self.embedder, "--embedder")
@@ -388,7 +396,7 @@ class LLMMethod(CheckedOptions):
             if isinstance(own, LLMClient):
                 requests, cached = requests + own.usage.requests, cached + own.usage.cached
         candidates = sum(len(passages) for sections in strata for passages in sections)
-        return Generation(drafts, candidates, skipped, +dropped, requests, cached)
+        return Generation(drafts, candidates, skipped, +dropped, requests, cached, exhausted)
 
     def _passages(self, section: Section, skipped: Counter[str]) -> list[Passage]:
         """The section's sentences packed into passages of up to ``passage_words`` words."""

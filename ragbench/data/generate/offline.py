@@ -24,6 +24,7 @@ from ragbench.data.generate.base import (
     folded,
     plain,
     stratified,
+    unjudged,
     word_count,
 )
 from ragbench.text.tokenize import WordTokenizer
@@ -55,14 +56,15 @@ def _select(
     make: Callable[[Any], Draft],
     documents: Sequence[Document],
     dropped: Counter[str],
+    level: str | None,
 ) -> list[Draft]:
-    """The first ``n`` drafts of ``stream`` that can be held out of the corpus together. A
-    draft is dropped (and counted by reason) when its text was taken already (case and spacing
-    ignored: ``duplicate``), when it (or the text it was cut from) occurs more than once in
-    the corpus, so that cutting it out would leave a copy (``repeated in the corpus``), or when
-    its cut would take text out of
-    an accepted draft's evidence, or an accepted draft's cut out of its own (``overlaps another
-    query``)."""
+    """The first ``n`` drafts of ``stream`` that can be held out of the corpus together (fewer when
+    the stream runs out). A draft is dropped (and counted by reason) when it is not judged at
+    evaluation ``level`` (when given: ``not judged at the <level> level``; so it constrains no
+    other), when its text was taken already (case and spacing ignored: ``duplicate``), when it (or
+    the text it was cut from) occurs more than once in the corpus, so that cutting it out would
+    leave a copy (``repeated in the corpus``), or when its cut would take text out of an accepted
+    draft's evidence, or an accepted draft's cut out of its own (``overlaps another query``)."""
     texts = {doc.id: doc.text for doc in documents}
     corpus = "\0".join(folded(text) for text in texts.values())
     drafts: list[Draft] = []
@@ -71,6 +73,9 @@ def _select(
         if len(drafts) == n:
             break
         draft = make(item)
+        if level is not None and not draft.judged_at(level):
+            dropped[unjudged(level)] += 1
+            continue
         key = folded(draft.text)
         if key in seen:
             dropped["duplicate"] += 1
@@ -196,8 +201,11 @@ class IctMethod(CheckedOptions):
             return "numbers"
         return None
 
-    def run(self, documents: Sequence[Document], n: int, seed: int) -> Generation:
-        """Up to ``n`` queries, one per sampled sentence (see the class docstring)."""
+    def run(
+        self, documents: Sequence[Document], n: int, seed: int, level: str | None = None
+    ) -> Generation:
+        """Up to ``n`` queries judged at ``level`` (when given), one per sampled sentence (see
+        the class docstring)."""
         skipped: Counter[str] = Counter()
         strata: list[list[list[tuple[Section, list[Sentence], int]]]] = []
         for doc in documents:
@@ -218,11 +226,11 @@ class IctMethod(CheckedOptions):
             strata.append(sections)
         dropped: Counter[str] = Counter()
         terms = WordTokenizer().tokenize
-        drafts = _select(
-            stratified(strata, seed), n, partial(self._draft, terms), documents, dropped
-        )
+        make = partial(self._draft, terms)
+        drafts = _select(stratified(strata, seed), n, make, documents, dropped, level)
         candidates = sum(len(items) for sections in strata for items in sections)
-        return Generation(drafts, candidates, +skipped, dropped)  # + drops zero counts
+        # + drops zero counts; fewer drafts than n: the stream ran out
+        return Generation(drafts, candidates, +skipped, dropped, exhausted=len(drafts) < n)
 
     def _draft(
         self, terms: Callable[[str], list[str]], item: tuple[Section, list[Sentence], int]
@@ -270,8 +278,11 @@ class HeadingsMethod(CheckedOptions):
             f"{self.min_words} words"
         )
 
-    def run(self, documents: Sequence[Document], n: int, seed: int) -> Generation:
-        """Up to ``n`` queries, one per sampled heading (see the class docstring)."""
+    def run(
+        self, documents: Sequence[Document], n: int, seed: int, level: str | None = None
+    ) -> Generation:
+        """Up to ``n`` queries judged at ``level`` (when given), one per sampled heading (see
+        the class docstring)."""
         skipped: Counter[str] = Counter()
         strata: list[list[list[tuple[Section, tuple[int, int], str]]]] = []
         for doc in documents:
@@ -286,9 +297,9 @@ class HeadingsMethod(CheckedOptions):
                     sections.append([(section, section.heading, section.title or "")])
             strata.append(sections)
         dropped: Counter[str] = Counter()
-        drafts = _select(stratified(strata, seed), n, self._draft, documents, dropped)
+        drafts = _select(stratified(strata, seed), n, self._draft, documents, dropped, level)
         candidates = sum(len(sections) for sections in strata)
-        return Generation(drafts, candidates, skipped, dropped)
+        return Generation(drafts, candidates, skipped, dropped, exhausted=len(drafts) < n)
 
     def _unusable(self, section: Section) -> str | None:
         """Why ``section``'s heading cannot be a query, if it cannot."""
