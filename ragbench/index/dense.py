@@ -16,16 +16,18 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence, Sized
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import hnswlib
 import numpy as np
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from ragbench.errors import DataError
+from ragbench.errors import ConfigError, DataError
 from ragbench.index.filters import matches
 from ragbench.registry import ComponentConfig, components
 from ragbench.types import Ranking
+
+if TYPE_CHECKING:
+    import hnswlib
 
 __all__ = ["ExactConfig", "ExactStore", "HnswConfig", "HnswStore", "similarity"]
 
@@ -363,6 +365,19 @@ class ExactStore(_Store):
 # --------------------------------------------------------------------------- hnsw
 
 
+def _hnswlib() -> Any:
+    """The ``hnswlib`` module, or a one-line error saying how to install it: PyPI has it as
+    source only, so the lean install (``pip install ragbench``) leaves it out."""
+    try:
+        import hnswlib
+    except ImportError:
+        raise ConfigError(
+            "store.kind: hnsw needs the hnswlib package, which compiles from source (about "
+            "30 s): pip install 'ragbench[hnsw]'; or use store: {kind: exact}"
+        ) from None
+    return hnswlib
+
+
 class HnswStore(_Store):
     """Approximate nearest-neighbour search with hnswlib.
 
@@ -379,6 +394,7 @@ class HnswStore(_Store):
 
     def __init__(self, config: HnswConfig | None = None) -> None:
         self.config = config or HnswConfig()
+        _hnswlib()  # a missing package fails here, before any work
         self._index: hnswlib.Index | None = None
         self._ids = np.empty(0, dtype=object)  # id by label; "" for free labels
         self._next = 0  # labels [0, _next) have been used
@@ -407,7 +423,7 @@ class HnswStore(_Store):
         """The hnswlib index (created on first use) with room for ``labels`` labels."""
         cfg = self.config
         if self._index is None:
-            self._index = hnswlib.Index(space=cfg.space, dim=dim)
+            self._index = _hnswlib().Index(space=cfg.space, dim=dim)
             self._index.init_index(
                 max_elements=max(labels, 16),
                 M=cfg.M,
@@ -530,7 +546,7 @@ class HnswStore(_Store):
         directory, state = _read_state(path)
         store = cls(HnswConfig.model_validate(state["config"]))
         if state["dimension"] is not None:
-            store._index = hnswlib.Index(space=store.config.space, dim=state["dimension"])
+            store._index = _hnswlib().Index(space=store.config.space, dim=state["dimension"])
             store._index.load_index(str(directory / "index.bin"))
         ids = state["ids"]
         store._ids = np.array(ids, dtype=object)
