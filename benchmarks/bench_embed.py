@@ -244,8 +244,8 @@ ONNX_HEADERS = (
 WHY_NOT_EXTRA = (
     "Why not sentence-transformers' `[onnx]` extra: it pulls optimum-onnx, which pins "
     "transformers < 4.58 and would downgrade sentence-transformers; ragbench exports with "
-    "`torch.onnx.export` and needs only `onnxruntime` and `onnx` (`pip install "
-    "ragbench[onnx]`)."
+    "`torch.onnx.export` and needs only `onnxruntime` and `onnx` (both dependencies of "
+    "ragbench)."
 )
 
 

@@ -16,9 +16,9 @@ generated from the sample, or a labeled set's sweep keeps the documents its quer
 pick is deployed on every document: the printed deploy command indexes the folder as it is
 then (``Optimized.deploy_command``), not the copy of its documents generated labels hold.
 
-MiniLM runs on ONNX Runtime with int8 weights when ``onnxruntime`` is installed (about 2× torch's
-speed on a CPU at +0.0015 nDCG@10 on SciFact, benchmarks/RESULTS.md), else on torch; the run's
-config and the report name the backend.
+MiniLM runs on ONNX Runtime with int8 weights (``onnxruntime`` and ``onnx`` are dependencies:
+about 2× torch's speed on a CPU at +0.0015 nDCG@10 on SciFact, benchmarks/RESULTS.md); the
+run's config and the report name the backend.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +61,13 @@ StrPath = str | os.PathLike[str]
 
 _SPLIT = "test"  # the split of a labeled set the default sweep evaluates
 
-_MINILM = {"kind": "sentence-transformers", "model": "all-MiniLM-L6-v2", "max_seq_length": 256}
+_MINILM = {
+    "kind": "sentence-transformers",
+    "model": "all-MiniLM-L6-v2",
+    "max_seq_length": 256,
+    "backend": "onnx",
+    "quantize": "int8",
+}
 
 DEFAULT_SWEEP: dict[str, Any] = {
     "chunker": [
@@ -97,13 +102,6 @@ def default_size(documents: Sequence[Document]) -> int | None:
     return max(1, math.ceil(len(documents) * SAMPLE_CHARS / chars))
 
 
-def _embedder() -> dict[str, Any]:
-    """MiniLM on ONNX Runtime (int8) where it is installed, else on torch."""
-    if find_spec("onnxruntime") is not None and find_spec("onnx") is not None:
-        return {**_MINILM, "backend": "onnx", "quantize": "int8"}
-    return dict(_MINILM)
-
-
 def default_config(
     labels: StrPath, name: str, sample: SampleSize = None, sample_seed: int = 0
 ) -> dict[str, Any]:
@@ -119,7 +117,7 @@ def default_config(
         "dataset": dataset,
         "evaluation": {"level": "document", "metrics": ["ndcg@10", "recall@5"], "depth": 100},
         "baseline": "bm25",
-        "sweep": {**DEFAULT_SWEEP, "embedder": [_embedder()]},
+        "sweep": {**DEFAULT_SWEEP, "embedder": [dict(_MINILM)]},
     }
 
 
