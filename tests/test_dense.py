@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -197,6 +198,29 @@ def test_save_load_round_trip(config: ExactConfig | HnswConfig, tmp_path: Path) 
     loaded.add(["new"], 100 * vectors[:1])  # still usable after loading
     assert loaded.count() == 200
     assert "new" in loaded.search(100 * vectors[0], 2).ids[0]
+
+
+@pytest.mark.parametrize("config", [ExactConfig(), HnswConfig()])
+def test_a_store_saved_with_one_metadata_dict_per_vector_still_loads(
+    config: ExactConfig | HnswConfig, tmp_path: Path
+) -> None:
+    store = components("dense").build(config)
+    vectors = random_vectors(50, 8)
+    metadata = [{"i": i, "even": i % 2 == 0} for i in range(50)]
+    store.add(ids_for(50), vectors, metadata)
+    store.delete(["doc-00002"])
+    store.save(tmp_path / "store")
+    state = json.loads((tmp_path / "store" / "store.json").read_text("utf-8"))
+    del state["metadata_columns"]  # the earlier layout: a list by row, or a dict by label
+    kept = [m for m in metadata if m["i"] != 2]
+    if isinstance(config, ExactConfig):
+        state["metadata"] = [metadata[ids_for(50).index(id_)] for id_ in state["ids"]]
+    else:
+        state["metadata"] = {str(label): metadata[label] for label in range(50) if label != 2}
+    (tmp_path / "store" / "store.json").write_text(json.dumps(state), "utf-8")
+    loaded = type(store).load(tmp_path / "store")
+    found = loaded.search(vectors[:5], 49, filter={"even": True}).ids
+    assert sorted(set(found[0].tolist()) - {""}) == [ids_for(50)[m["i"]] for m in kept if m["even"]]
 
 
 def test_hnsw_scores_are_higher_is_better() -> None:

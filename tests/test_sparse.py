@@ -280,8 +280,9 @@ def test_score_matrix_equals_bm25s_own_index(
         np.testing.assert_array_equal(ours, theirs, err_msg=name)
 
 
-def test_metadata_is_kept_once_per_distinct_dict_and_filters_see_it(tmp_path: Path) -> None:
-    """Equal dicts (key order aside) are kept once; a tuple is not taken for a list."""
+def test_metadata_keeps_each_distinct_value_once_and_filters_see_it(tmp_path: Path) -> None:
+    """Metadata is kept as columns, each distinct value once; a tuple is not taken for a list
+    (until JSON makes it one)."""
     index = BM25Index(BM25Config(tokenizer=PLAIN))
     a, b = {"doc": "a", "n": [1]}, {"doc": "b", "n": (1,)}
     ids = ["c0", "c1", "c2", "c3", "c6"]
@@ -299,8 +300,11 @@ def test_metadata_is_kept_once_per_distinct_dict_and_filters_see_it(tmp_path: Pa
     for _ in range(2):
         assert {doc: found({"doc": doc}) for doc in expected} == expected
         index = BM25Index.load(tmp_path / "bm25")
+    assert found({"n": [1]}) == {"c0", "c2", "c3", "c6"}  # saved, the tuple is a list
     state = json.loads((tmp_path / "bm25" / "index.json").read_text(encoding="utf-8"))
-    assert state["metadata_values"] == [{}, a, {**b, "n": [1]}, {**b, "n": [1]}, {"doc": "c"}]
+    columns = state["metadata_columns"]["columns"]
+    assert columns["doc"] == {"values": ["a", "b", "c"], "codes": [0, 2, 0, 1, 1, -1, -1]}
+    assert columns["n"] == {"values": [[1], [1]], "codes": [0, -1, 0, 1, 0, -1, -1]}
 
 
 def test_a_folder_saved_before_metadata_was_kept_once_still_loads(tmp_path: Path) -> None:
@@ -308,10 +312,9 @@ def test_a_folder_saved_before_metadata_was_kept_once_still_loads(tmp_path: Path
     index.add(list(CORPUS), list(CORPUS.values()), [{"n": i % 2} for i in range(len(CORPUS))])
     index.save(tmp_path / "bm25")
     state = json.loads((tmp_path / "bm25" / "index.json").read_text(encoding="utf-8"))
-    del state["metadata_values"]  # that earlier layout: one dict per text, no metadata.npy
+    del state["metadata_columns"]  # that earlier layout: one dict per text
     state["metadata"] = [{"n": i % 2} for i in range(len(CORPUS))]
     (tmp_path / "bm25" / "index.json").write_text(json.dumps(state), encoding="utf-8")
-    (tmp_path / "bm25" / "metadata.npy").unlink()
     loaded = BM25Index.load(tmp_path / "bm25")
     queries = ["cat", "dog bird"]
     assert (loaded.search(queries, 5).ids == index.search(queries, 5).ids).all()

@@ -13,7 +13,8 @@ is a ``ConfigError``), beside the LLM calls (``ragbench.llm.cache``, area ``llm`
   in-process memo and hit counters in front of it (so each artifact is verified once per
   process), and records each artifact's build time in its ``meta.json``.
 * ``EmbeddingCache`` keeps vectors per text, keyed by (embedder identity, role, text hash), in
-  append-only shards of ``.npy`` files (memory-mapped when read). A shard becomes visible only
+  append-only shards of ``.npy`` files, merged by size tiers, read a vector at a time (a reader
+  holds only the keys, whatever the size). A shard becomes visible only
   when its checksum file is renamed into place, after its vectors and keys, so a process killed
   mid-write leaves nothing readable behind; a shard that does not match its checksums is
   removed, never served (its texts are embedded again). ``CachedEmbedder`` wraps any embedder.
@@ -35,7 +36,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -64,7 +65,8 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 _KEY_BYTES = 16
-_COMPACT_AFTER = 64  # shards per namespace before they are merged into one
+_FAN = 16  # embedding shards of one size tier that are merged into one
+_MERGE_ROWS = 4096  # vectors a merge reads at a time
 _META = "meta.json"
 _TMP = ".tmp-"
 _SUMS = ".sums.json"  # an embedding shard's checksums; its appearance makes the shard visible
@@ -185,6 +187,20 @@ def _fingerprint(path: Path) -> list[Any]:
         for block in iter(partial(fh.read, 1 << 20), b""):
             digest.update(block)
     return [path.stat().st_size, digest.hexdigest()]
+
+
+def _shard_name(stamp: str | None = None) -> str:
+    """A new embedding shard's name: a time stamp (``stamp``: an older shard's, to take its
+    place in the order) and a random part."""
+    return f"{stamp or f'{time.time_ns():020d}'}-{uuid.uuid4().hex[:8]}"
+
+
+def _tier(rows: int) -> int:
+    """The size tier of a shard of ``rows`` vectors: ``_FAN**t <= rows < _FAN**(t+1)``."""
+    tier = 0
+    while rows >= _FAN ** (tier + 1):
+        tier += 1
+    return tier
 
 
 def _json_digest(value: Any) -> str:
@@ -530,14 +546,61 @@ class StageCache:
         return self.build_seconds[name]
 
 
+class _Shard:
+    """One embedding shard as a reader holds it: its keys sorted (``S16``, with the row of
+    each), and its vectors file, read a row at a time (``os.pread``) rather than memory-mapped,
+    so vectors served stay out of the process once used. The file stays open: a shard merged
+    away meanwhile is still read whole."""
+
+    def __init__(self, name: str, keys: np.ndarray, vecs: BinaryIO) -> None:
+        self.name = name
+        flat = np.ascontiguousarray(keys).view(f"S{_KEY_BYTES}").ravel()
+        self.order = np.argsort(flat, kind="stable").astype(np.int64)
+        self.keys = flat[self.order]
+        self.file = vecs
+        fmt = np.lib.format
+        version = fmt.read_magic(vecs)
+        read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, _, dtype = read(vecs)
+        self.rows, self.dim = shape
+        self.dtype = np.dtype(dtype)
+        self.offset = vecs.tell()
+
+    def __len__(self) -> int:
+        return int(self.rows)
+
+    def find(self, keys: np.ndarray) -> np.ndarray:
+        """The row of each of ``keys`` in this shard, -1 where it has none."""
+        if not len(self.keys):
+            return np.full(len(keys), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        return np.where(self.keys[at] == keys, self.order[at], -1)
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``start`` to ``stop`` of its vectors."""
+        size = self.dim * self.dtype.itemsize
+        out = np.empty((stop - start, self.dim), dtype=self.dtype)
+        view, at = out.data.cast("B"), self.offset + start * size
+        while view:
+            done = os.preadv(self.file.fileno(), [view], at)
+            if not done:
+                raise OSError(f"embedding shard {self.name} ends before row {stop}")
+            view, at = view[done:], at + done
+        return out
+
+
 class EmbeddingCache:
-    """Per-text vectors in append-only ``.npy`` shards, one namespace per (identity, role)."""
+    """Per-text vectors in append-only ``.npy`` shards, one namespace per (identity, role).
+
+    Shards are merged by size tiers: once ``_FAN`` shards of one tier (``_FAN``**t to
+    ``_FAN``**(t+1) rows) are there, they become one shard of the next, so a namespace holds
+    few shards and each vector is rewritten a few times however many are added. A reader holds
+    each shard's sorted keys only (16 bytes and a row number a vector), never its vectors."""
 
     def __init__(self, root: Path | str | None = None) -> None:
         base = Path(root) if root is not None else default_cache_root()
         self.root = base / "embeddings"
-        self._index: dict[Path, dict[bytes, tuple[np.ndarray, int]]] = {}
-        self._seen: dict[Path, set[str]] = {}
+        self._shards_read: dict[Path, list[_Shard]] = {}
 
     def namespace(self, identity: str, role: Role) -> Path:
         """Directory holding the vectors of one embedder identity and role."""
@@ -584,77 +647,158 @@ class EmbeddingCache:
         for path in EmbeddingCache._files(ns, shard).values():
             path.unlink(missing_ok=True)
 
-    def _refresh(self, ns: Path) -> dict[bytes, tuple[np.ndarray, int]]:
-        index = self._index.setdefault(ns, {})
-        seen = self._seen.setdefault(ns, set())
-        if not ns.is_dir():
-            return index
-        for shard in self._shards(ns):
-            if shard in seen or not self._verified(ns, shard):
-                continue
-            files = self._files(ns, shard)
-            try:
-                keys = np.load(files["keys.npy"])
-                vecs = np.load(files["vecs.npy"], mmap_mode="r")
-            except OSError as exc:  # merged into another shard since it was listed
-                log.debug("embedding shard %s/%s went away: %s", ns, shard, exc)
-                continue
-            if keys.ndim != 2 or keys.shape[1] != _KEY_BYTES or len(keys) != len(vecs):
-                log.warning("ignoring inconsistent embedding shard %s/%s", ns, shard)
-                continue
-            seen.add(shard)
-            for row, key in enumerate(keys):
-                index.setdefault(key.tobytes(), (vecs, row))
-        return index
+    def _open(self, ns: Path, shard: str) -> _Shard | None:
+        """A verified shard opened for reading, None when it is gone or inconsistent."""
+        if not self._verified(ns, shard):
+            return None
+        files = self._files(ns, shard)
+        try:
+            keys = np.load(files["keys.npy"])
+            vecs = files["vecs.npy"].open("rb")
+        except OSError as exc:  # merged into another shard since it was listed
+            log.debug("embedding shard %s/%s went away: %s", ns, shard, exc)
+            return None
+        try:
+            opened = _Shard(shard, keys, vecs)
+        except (ValueError, OSError):
+            opened = None
+        if (
+            opened is None
+            or keys.ndim != 2
+            or keys.shape[1] != _KEY_BYTES
+            or len(keys) != len(opened)
+        ):
+            vecs.close()
+            log.warning("ignoring inconsistent embedding shard %s/%s", ns, shard)
+            return None
+        return opened
+
+    def _refresh(self, ns: Path) -> list[_Shard]:
+        """The namespace's shards as they are now, oldest first: new ones opened, those merged
+        away since forgotten (their vectors are in the shard that replaced them)."""
+        held = {s.name: s for s in self._shards_read.get(ns, [])}
+        listed = self._shards(ns) if ns.is_dir() else []
+        shards = []
+        for name in listed:
+            shard = held.pop(name, None) or self._open(ns, name)
+            if shard is not None:
+                shards.append(shard)
+        for gone in held.values():
+            gone.file.close()
+        self._shards_read[ns] = shards
+        return shards
+
+    @staticmethod
+    def _key_array(keys: Sequence[bytes]) -> np.ndarray:
+        return np.frombuffer(b"".join(keys), dtype=f"S{_KEY_BYTES}") if keys else np.empty(0, "S16")
 
     def lookup(self, identity: str, role: Role, keys: Sequence[bytes]) -> list[np.ndarray | None]:
-        """Cached vectors for ``keys`` (None where missing)."""
+        """Cached vectors for ``keys`` (None where missing); a key in two shards is served
+        from the older."""
         ns = self.namespace(identity, role)
-        index = self._index.get(ns)
-        if index is None or any(k not in index for k in keys):
-            index = self._refresh(ns)
-        out: list[np.ndarray | None] = []
-        for key in keys:
-            hit = index.get(key)
-            out.append(None if hit is None else np.asarray(hit[0][hit[1]]))
+        wanted = self._key_array(keys)
+        shards = self._shards_read.get(ns)
+        where = self._locate(shards or [], wanted)
+        if shards is None or (where[0] < 0).any():
+            where = self._locate(self._refresh(ns), wanted)
+            shards = self._shards_read[ns]
+        out: list[np.ndarray | None] = [None] * len(keys)
+        for s, shard in enumerate(shards):
+            at = np.flatnonzero(where[0] == s)
+            for i, row in zip(at.tolist(), where[1][at].tolist(), strict=True):
+                out[i] = shard.read(row, row + 1)[0]
         return out
 
+    @staticmethod
+    def _locate(shards: Sequence[_Shard], keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each key, the first shard holding it and its row there (-1, -1 where none)."""
+        shard = np.full(len(keys), -1, dtype=np.int64)
+        row = np.full(len(keys), -1, dtype=np.int64)
+        for s, held in enumerate(shards):
+            todo = np.flatnonzero(shard < 0)
+            if not len(todo):
+                break
+            found = held.find(keys[todo])
+            hit = found >= 0
+            shard[todo[hit]], row[todo[hit]] = s, found[hit]
+        return shard, row
+
     def store(self, identity: str, role: Role, keys: Sequence[bytes], vectors: np.ndarray) -> None:
-        """Append one shard (merging the namespace when it has many)."""
+        """Append one shard (merging shards of a size tier once there are ``_FAN`` of them)."""
         if not keys:
             return
         ns = self.namespace(identity, role)
         _make_folder(ns, self.root.parent)
-        self._write_shard(ns, keys, vectors)
-        if len(self._shards(ns)) > _COMPACT_AFTER:
-            self.compact(identity, role)
+        key_arr = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), _KEY_BYTES)
+        vecs = np.ascontiguousarray(vectors, np.float32)
+        self._write_shard(ns, _shard_name(), key_arr, [vecs], vecs.shape)
+        self.compact(identity, role)
 
     @staticmethod
-    def _write_shard(ns: Path, keys: Sequence[bytes], vectors: np.ndarray) -> None:
-        """Vectors and keys first, then the checksums whose appearance makes the shard visible."""
-        shard = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
-        key_arr = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(keys), _KEY_BYTES)
+    def _write_shard(
+        ns: Path, shard: str, keys: np.ndarray, parts: Iterable[np.ndarray], shape: tuple[int, int]
+    ) -> None:
+        """Vectors (``parts``, end to end) and keys first, then the checksums whose appearance
+        makes the shard visible."""
         files = EmbeddingCache._files(ns, shard)
-        vecs = np.ascontiguousarray(vectors, np.float32)
-        _write_atomic(files["vecs.npy"], lambda fh: np.save(fh, vecs))
-        _write_atomic(files["keys.npy"], lambda fh: np.save(fh, key_arr))
+        header = {"descr": "<f4", "fortran_order": False, "shape": shape}
+
+        def write_vectors(fh: BinaryIO) -> None:
+            np.lib.format.write_array_header_1_0(fh, header)
+            for part in parts:
+                fh.write(np.ascontiguousarray(part, dtype="<f4").data)
+
+        _write_atomic(files["vecs.npy"], write_vectors)
+        _write_atomic(files["keys.npy"], lambda fh: np.save(fh, keys))
         sums = json.dumps({part: _fingerprint(path) for part, path in files.items()})
         _write_atomic(ns / f"{shard}{_SUMS}", lambda fh: fh.write(sums.encode()))
 
-    def compact(self, identity: str, role: Role) -> None:
-        """Merge a namespace's shards into one (readers keep working on their memory maps)."""
+    def compact(self, identity: str, role: Role, fan: int = 0) -> None:
+        """Merge the shards of each size tier that holds ``fan`` (default ``_FAN``) or more,
+        smallest tier first, a block of vectors at a time; readers keep reading the files they
+        opened. ``fan=2`` merges every tier with two shards or more."""
+        fan = fan or _FAN
         ns = self.namespace(identity, role)
+        if len(self._shards(ns)) < fan:
+            return
         with _file_lock(ns / ".compact.lock", self.root):
-            old = self._shards(ns)
-            if len(old) <= 1:
-                return
-            index = self._refresh(ns)
-            vectors = np.stack([np.asarray(v[r]) for v, r in index.values()])
-            self._write_shard(ns, list(index), vectors)
-            for shard in old:
-                self._delete_shard(ns, shard)
-            self._index.pop(ns, None)
-            self._seen.pop(ns, None)
+            while True:
+                shards = self._refresh(ns)
+                tiers: dict[int, list[_Shard]] = {}
+                for shard in shards:
+                    tiers.setdefault(_tier(len(shard)), []).append(shard)
+                full = [group for _, group in sorted(tiers.items()) if len(group) >= fan]
+                if not full:
+                    return
+                self._merge(ns, full[0])
+
+    def _merge(self, ns: Path, shards: list[_Shard]) -> None:
+        """One shard holding the vectors of ``shards`` (oldest first; a key in several keeps
+        the oldest's vector), named after the oldest so it takes its place in the order."""
+        keys = np.concatenate([s.keys for s in shards])
+        source = np.concatenate([np.full(len(s), i, dtype=np.int64) for i, s in enumerate(shards)])
+        rows = np.concatenate([s.order for s in shards])
+        _, first = np.unique(keys, return_index=True)
+        first.sort()  # shard by shard, each in row order
+        source, rows, keys = source[first], rows[first], keys[first]
+        order = np.lexsort((rows, source))
+        source, rows, keys = source[order], rows[order], keys[order]
+
+        def parts() -> Iterator[np.ndarray]:
+            for i, shard in enumerate(shards):
+                mine = rows[source == i]
+                for start in range(0, len(shard), _MERGE_ROWS):
+                    stop = min(start + _MERGE_ROWS, len(shard))
+                    block = mine[(mine >= start) & (mine < stop)]
+                    if len(block):
+                        yield shard.read(start, stop)[block - start]
+
+        dim = shards[0].dim
+        key_arr = keys.view(np.uint8).reshape(len(keys), _KEY_BYTES)
+        name = _shard_name(shards[0].name.split("-", 1)[0])
+        self._write_shard(ns, name, key_arr, parts(), (len(keys), dim))
+        for shard in shards:
+            self._delete_shard(ns, shard.name)
 
     def clean_stale(self) -> int:
         """Remove what killed writers left: temporary files no live writer locks and shard files

@@ -14,7 +14,7 @@ depend on insertion order; hnsw results keep hnswlib's (approximate) order.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence, Sized
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from ragbench.errors import ConfigError, DataError
-from ragbench.index.filters import matches
+from ragbench.index.filters import MetadataTable
 from ragbench.registry import ComponentConfig, components
 from ragbench.types import Ranking
 
@@ -185,12 +185,11 @@ def _read_state(path: Path | str) -> tuple[Path, dict[str, Any]]:
 
 
 class _Store:
-    """What the dense stores share: one ``_meta`` entry per stored vector, a batch checked and
-    cut to the last vector of each id, query vectors checked, and the ``store.json`` of a save
-    (config, dimension, ids, metadata)."""
+    """What the dense stores share: a batch checked and cut to the last vector of each id,
+    query vectors checked, and the ``store.json`` of a save (config, dimension, ids,
+    metadata)."""
 
     config: ComponentConfig
-    _meta: Sized
 
     @property
     def dimension(self) -> int | None:
@@ -199,7 +198,7 @@ class _Store:
 
     def count(self) -> int:
         """Number of stored vectors."""
-        return len(self._meta)
+        raise NotImplementedError
 
     def __len__(self) -> int:
         return self.count()
@@ -219,18 +218,31 @@ class _Store:
         queries = _as_matrix(vectors, self.dimension)
         return _normalize(queries) if unit else queries
 
-    def _write_state(self, directory: Path, ids: list[str], metadata: Any, **extra: Any) -> None:
-        """``store.json`` in ``directory``: config, dimension, ``ids``, ``metadata``, ``extra``."""
+    def _write_state(self, directory: Path, ids: list[str], **extra: Any) -> None:
+        """``store.json`` in ``directory``: config, dimension, ``ids`` and ``extra`` (the
+        metadata, as the store keeps it)."""
         _write_json(
             directory / "store.json",
             {
                 "config": self.config.model_dump(mode="json"),
                 "dimension": self.dimension,
                 "ids": ids,
-                "metadata": metadata,
                 **extra,
             },
         )
+
+
+def _saved_metadata(state: Mapping[str, Any], rows: Sequence[int]) -> MetadataTable:
+    """The metadata of a ``store.json``: its columns, or (written by an older version) one
+    dict per row in a list, or by hnsw label in a dict (``rows``: the labels in use)."""
+    if "metadata_columns" in state:
+        return MetadataTable.from_json(state["metadata_columns"])
+    saved = state["metadata"]
+    if isinstance(saved, list):
+        return MetadataTable.of(saved)
+    table = MetadataTable()
+    table.set(list(rows), [saved.get(str(row), {}) for row in rows])
+    return table
 
 
 # --------------------------------------------------------------------------- exact
@@ -249,7 +261,7 @@ class ExactStore(_Store):
         self.config = config or ExactConfig()
         self._matrix = np.zeros((0, 0), dtype=np.float32)
         self._ids = np.empty(0, dtype=object)
-        self._meta: list[Mapping[str, Any]] = []
+        self._meta = MetadataTable()  # by row
         self._row: dict[str, int] = {}
         self._ranks: np.ndarray | None = None
 
@@ -258,20 +270,25 @@ class ExactStore(_Store):
         """Vector dimension, or None before the first add."""
         return self._matrix.shape[1] if self._matrix.shape[1] else None
 
+    def count(self) -> int:
+        """Number of stored vectors."""
+        return len(self._row)
+
     def add(self, ids: Sequence[str], vectors: np.ndarray, metadata: Metadata = None) -> None:
         """Store vectors under ``ids``; an id already present is replaced."""
         matrix, keep = self._batch(ids, vectors, metadata)
         if self.config.metric == "cosine":
             matrix = _normalize(matrix)
         self._reserve(self.count() + len(keep), matrix.shape[1])
+        rows = []
         for i in keep:
             row = self._row.get(ids[i])
             if row is None:
-                row = self._row[ids[i]] = len(self._meta)
-                self._meta.append({})
+                row = self._row[ids[i]] = len(self._row)
                 self._ids[row] = ids[i]
             self._matrix[row] = matrix[i]
-            self._meta[row] = dict(metadata[i]) if metadata is not None else {}
+            rows.append(row)
+        self._meta.set(rows, [{} if metadata is None else metadata[i] for i in keep])
         self._ranks = None
 
     def _reserve(self, rows: int, dim: int) -> None:
@@ -293,15 +310,15 @@ class ExactStore(_Store):
             row = self._row.pop(id_, None)
             if row is None:
                 continue
-            last = self.count() - 1
+            last = self.count()  # the row of the last vector, its id popped above
             if row != last:
                 moved = self._ids[last]
                 self._matrix[row] = self._matrix[last]
                 self._ids[row] = moved
-                self._meta[row] = self._meta[last]
+                self._meta.move(last, row)
                 self._row[moved] = row
             self._ids[last] = ""
-            self._meta.pop()
+            self._meta.truncate(last)
         self._ranks = None
 
     def search(
@@ -332,7 +349,7 @@ class ExactStore(_Store):
         """Row positions passing ``filter`` (all rows without one)."""
         if not filter:
             return np.arange(self.count())
-        return np.flatnonzero([matches(m, filter) for m in self._meta])
+        return np.flatnonzero(self._meta.rows(filter))
 
     def _id_ranks(self) -> np.ndarray:
         if self._ranks is None:
@@ -345,7 +362,7 @@ class ExactStore(_Store):
         directory.mkdir(parents=True, exist_ok=True)
         n = self.count()
         np.save(directory / "vectors.npy", self._matrix[:n], allow_pickle=False)
-        self._write_state(directory, self._ids[:n].tolist(), self._meta)
+        self._write_state(directory, self._ids[:n].tolist(), metadata_columns=self._meta.to_json())
 
     @classmethod
     def load(cls, path: Path | str) -> ExactStore:
@@ -357,7 +374,7 @@ class ExactStore(_Store):
             store._reserve(len(matrix), state["dimension"])
             store._matrix[: len(matrix)] = matrix
             store._ids[: len(matrix)] = state["ids"]
-        store._meta = state["metadata"]
+        store._meta = _saved_metadata(state, range(len(state["ids"])))
         store._row = {id_: i for i, id_ in enumerate(state["ids"])}
         return store
 
@@ -399,7 +416,7 @@ class HnswStore(_Store):
         self._ids = np.empty(0, dtype=object)  # id by label; "" for free labels
         self._next = 0  # labels [0, _next) have been used
         self._free: list[int] = []
-        self._meta: dict[int, Mapping[str, Any]] = {}
+        self._meta = MetadataTable()  # by label
         self._label: dict[str, int] = {}
 
     @property
@@ -407,14 +424,17 @@ class HnswStore(_Store):
         """Vector dimension, or None before the first add."""
         return None if self._index is None else self._index.dim
 
+    def count(self) -> int:
+        """Number of stored vectors."""
+        return len(self._label)
+
     def add(self, ids: Sequence[str], vectors: np.ndarray, metadata: Metadata = None) -> None:
         """Store vectors under ``ids``; an id already present is replaced."""
         matrix, keep = self._batch(ids, vectors, metadata)
         new = sum(ids[i] not in self._label for i in keep)
         index = self._reserve(matrix.shape[1], self._next + max(0, new - len(self._free)))
         labels = [self._assign_label(ids[i]) for i in keep]
-        for i, label in zip(keep, labels, strict=True):
-            self._meta[label] = dict(metadata[i]) if metadata is not None else {}
+        self._meta.set(labels, [{} if metadata is None else metadata[i] for i in keep])
         if labels:  # with one thread, every build of the same vectors is the same graph
             found = np.asarray(labels, dtype=np.int64)
             index.add_items(matrix[keep], found, num_threads=self.config.threads)
@@ -454,6 +474,7 @@ class HnswStore(_Store):
 
     def delete(self, ids: Sequence[str]) -> None:
         """Remove ``ids`` (unknown ids are ignored)."""
+        freed = []
         for id_ in ids:
             label = self._label.pop(id_, None)
             if label is None:
@@ -461,8 +482,9 @@ class HnswStore(_Store):
             assert self._index is not None  # an id is known only after the index exists
             self._index.mark_deleted(label)
             self._ids[label] = ""
-            del self._meta[label]
+            freed.append(label)
             self._free.append(label)
+        self._meta.clear(freed)
 
     def search(
         self, vectors: np.ndarray, k: int, filter: Mapping[str, Any] | None = None
@@ -483,7 +505,8 @@ class HnswStore(_Store):
         """Labels passing ``filter``, or None when there is no filter."""
         if not filter:
             return None
-        return {label for label, meta in self._meta.items() if matches(meta, filter)}
+        passed = np.flatnonzero(self._meta.rows(filter)).tolist()
+        return {label for label in passed if self._ids[label]}
 
     def _approximate(
         self, queries: np.ndarray, k: int, allowed: set[int] | None
@@ -537,8 +560,12 @@ class HnswStore(_Store):
         directory.mkdir(parents=True, exist_ok=True)
         if self._index is not None:
             self._index.save_index(str(directory / "index.bin"))
-        metadata = {str(label): meta for label, meta in self._meta.items()}
-        self._write_state(directory, self._ids[: self._next].tolist(), metadata, free=self._free)
+        self._write_state(
+            directory,
+            self._ids[: self._next].tolist(),
+            metadata_columns=self._meta.to_json(),
+            free=self._free,
+        )
 
     @classmethod
     def load(cls, path: Path | str) -> HnswStore:
@@ -552,8 +579,8 @@ class HnswStore(_Store):
         store._ids = np.array(ids, dtype=object)
         store._next = len(ids)
         store._free = list(state["free"])
-        store._meta = {int(label): meta for label, meta in state["metadata"].items()}
         store._label = {id_: label for label, id_ in enumerate(ids) if id_}
+        store._meta = _saved_metadata(state, sorted(store._label.values()))
         return store
 
 

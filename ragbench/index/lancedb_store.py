@@ -121,6 +121,10 @@ class LanceDBStore(_Store):
         """Vector dimension, or None before the first add."""
         return self._dimension
 
+    def count(self) -> int:
+        """Number of stored vectors."""
+        return len(self._meta)
+
     def add(self, ids: Sequence[str], vectors: np.ndarray, metadata: Metadata = None) -> None:
         """Store vectors under ``ids``; an id already present is replaced."""
         matrix, keep = self._batch(ids, vectors, metadata)
@@ -245,7 +249,7 @@ class LanceDBStore(_Store):
                     warnings.simplefilter("ignore", UserWarning)
                     self._table.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
             shutil.copytree(self._folder / _FOLDER, directory / _FOLDER)
-        self._write_state(directory, list(self._meta), list(self._meta.values()))
+        self._write_state(directory, list(self._meta), metadata=list(self._meta.values()))
 
     @classmethod
     def load(cls, path: Path | str) -> LanceDBStore:

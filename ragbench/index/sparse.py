@@ -2,8 +2,8 @@
 
 Texts become terms through ragbench's :class:`WordTokenizer`, so both backends see identical
 terms. The index keeps the tokenized corpus as int32 term ids over one :class:`Vocabulary`
-(``_Corpus``) and each distinct metadata dict once; adds and deletes re-index lazily on the
-next search.
+(``_Corpus``) and the metadata as columns (``MetadataTable``); adds and deletes re-index
+lazily on the next search.
 
 bm25s searches a score matrix built here (``_Matrix``), not by ``bm25s.BM25.index``, which
 loops over the documents in Python and sorts every entry at once: texts are read a block at a
@@ -50,7 +50,7 @@ from bm25s.scoring import _select_idf_scorer, _select_tfc_scorer
 from pydantic import Field, model_validator
 
 from ragbench.errors import DataError, describe
-from ragbench.index.filters import matches
+from ragbench.index.filters import MetadataTable
 from ragbench.registry import ComponentConfig, components
 from ragbench.text.tokenize import TokenizerConfig, Vocabulary, WordTokenizer
 from ragbench.types import Ranking
@@ -68,7 +68,7 @@ _BLOCK_TOKENS = 1 << 18  # term ids read at a time by the matrix build: bounds i
 _IN_MEMORY = 1 << 25
 _PARTITION = 1 << 24
 # What ``save`` writes into its folder (``bm25s``: bm25s' arrays, when it is the backend).
-_SAVED = ("index.json", "vocab.json", "tokens.npy", "offsets.npy", "metadata.npy", "bm25s")
+_SAVED = ("index.json", "vocab.json", "tokens.npy", "offsets.npy", "bm25s")
 # Relative margin above the no-match score that a hit must clear (float rounding only).
 _HIT_MARGIN = 1e-9
 
@@ -636,9 +636,7 @@ class BM25Index:
         self._position: dict[str, int] = {}
         self._vocab = Vocabulary()
         self._corpus = _Corpus()
-        # Each distinct metadata dict once ({} first), and which one each text has.
-        self._meta: list[Mapping[str, Any]] = [{}]
-        self._meta_at = np.empty(0, dtype=np.int32)
+        self._meta = MetadataTable()  # row i: the metadata of text i
         self._engine: _Engine | None = None
         self._id_array = np.empty(0, dtype=object)
         self._stale = False
@@ -670,32 +668,9 @@ class BM25Index:
         lengths = np.fromiter(map(len, kept), dtype=np.int32, count=len(kept))
         flat = np.fromiter(chain.from_iterable(kept), np.int32, int(lengths.sum(dtype=np.int64)))
         self._corpus.put(positions, flat, lengths)
-        grow = len(self._ids) - len(self._meta_at)
-        self._meta_at = np.concatenate([self._meta_at, np.zeros(grow, dtype=np.int32)])
-        if metadata is None:
-            self._meta_at[positions] = 0
-        else:
-            self._meta_at[positions] = self._slots([metadata[i] for i in last.tolist()])
+        kept_meta = [{} if metadata is None else metadata[i] for i in last.tolist()]
+        self._meta.set(positions, kept_meta)
         self._stale = True
-
-    def _slots(self, metadata: Iterable[Mapping[str, Any]]) -> np.ndarray:
-        """Where each of ``metadata`` is in ``_meta``, entering those not there yet: equal
-        dicts (as JSON, and ``==``) share one entry, as the chunks of one document do."""
-        found: dict[str, int] = {"{}": 0}
-        slots = []
-        for meta in metadata:
-            try:
-                key: str | None = json.dumps(meta, sort_keys=True)
-            except (TypeError, ValueError):  # not JSON: kept apart
-                key = None
-            slot = found.get(key) if key is not None else None
-            if slot is None or self._meta[slot] != meta:
-                slot = len(self._meta)
-                self._meta.append(dict(meta))
-                if key is not None:
-                    found[key] = slot
-            slots.append(slot)
-        return np.asarray(slots, dtype=np.int32)
 
     def delete(self, ids: Sequence[str]) -> None:
         """Remove ``ids`` (unknown ids are ignored)."""
@@ -707,16 +682,8 @@ class BM25Index:
         self._ids = [id_ for id_, keep in zip(self._ids, kept.tolist(), strict=True) if keep]
         self._position = {id_: p for p, id_ in enumerate(self._ids)}
         self._corpus.keep(kept)
-        self._meta_at = self._meta_at[kept]
-        self._tidy_metadata()
+        self._meta.keep(kept)
         self._stale = True
-
-    def _tidy_metadata(self) -> None:
-        """Forget the metadata dicts no text has any more ({} stays first)."""
-        used = np.union1d([0], self._meta_at)
-        if len(used) < len(self._meta):
-            self._meta = [self._meta[i] for i in used.tolist()]
-            self._meta_at = np.searchsorted(used, self._meta_at).astype(np.int32)
 
     def _built(self) -> _Engine | None:
         """The backend index over the current corpus (None when no text has a term)."""
@@ -815,12 +782,11 @@ class BM25Index:
         """1.0 for documents matching every key of ``filter`` exactly, else 0.0."""
         if not filter:
             return None
-        found = np.array([matches(m, filter) for m in self._meta], dtype=np.float32)
-        return found[self._meta_at]
+        return self._meta.rows(filter).astype(np.float32)
 
     def save(self, path: Path | str) -> None:
-        """Write the index into the folder ``path``: ``index.json`` (config, ids, the distinct
-        metadata dicts), ``metadata.npy`` (each text's dict), ``vocab.json``, the tokenized
+        """Write the index into the folder ``path``: ``index.json`` (config, ids, the texts'
+        metadata as columns), ``vocab.json``, the tokenized
         corpus (``tokens.npy``: term ids, flat; ``offsets.npy``: where each text starts, and
         the end) and, with bm25s, its arrays (``bm25s``); a rank-bm25 index is rebuilt from
         the corpus on load. Large arrays are written a part at a time.
@@ -831,7 +797,6 @@ class BM25Index:
         directory = Path(path)
         directory.mkdir(parents=True, exist_ok=True)
         engine = self._built()
-        self._tidy_metadata()
         corpus = self._corpus
         with tempfile.TemporaryDirectory(prefix=".saving-", dir=directory) as aside:
             work = Path(aside)
@@ -841,12 +806,11 @@ class BM25Index:
             offsets = np.zeros(len(corpus) + 1, dtype=np.int64)
             np.cumsum(corpus.lengths, out=offsets[1:])
             np.save(work / "offsets.npy", offsets, allow_pickle=False)
-            np.save(work / "metadata.npy", self._meta_at, allow_pickle=False)
             _write_json(work / "vocab.json", self._vocab.terms)
             state = {
                 "config": self.config.model_dump(mode="json"),
                 "ids": self._ids,
-                "metadata_values": self._meta,
+                "metadata_columns": self._meta.to_json(),
             }
             _write_json(work / "index.json", state)
             if isinstance(engine, _Bm25sEngine):
@@ -879,8 +843,8 @@ class BM25Index:
 
     @classmethod
     def _read(cls, directory: Path, mmap: bool) -> BM25Index:
-        """:meth:`load`, its errors unexplained. Folders written before metadata was stored
-        once per distinct dict hold one per text, in ``index.json``."""
+        """:meth:`load`, its errors unexplained. Older folders hold the metadata as each
+        distinct dict once with a slot per text (``metadata.npy``), or as one dict per text."""
         state = json.loads((directory / "index.json").read_text(encoding="utf-8"))
         index = cls(BM25Config.model_validate(state["config"]))
         index._vocab = Vocabulary(json.loads((directory / "vocab.json").read_text("utf-8")))
@@ -889,14 +853,15 @@ class BM25Index:
         offsets = np.load(directory / "offsets.npy", allow_pickle=False)
         index._corpus = _Corpus.of(flat, offsets)
         index._ids = ids = list(state["ids"])
-        if "metadata_values" in state:
-            index._meta = state["metadata_values"]
-            index._meta_at = np.load(directory / "metadata.npy", allow_pickle=False)
-            if index._meta[:1] != [{}]:
-                raise ValueError("its first metadata dict is not {}")
+        if "metadata_columns" in state:
+            index._meta = MetadataTable.from_json(state["metadata_columns"])
+        elif "metadata_values" in state:  # each distinct dict once, a slot per text
+            values = state["metadata_values"]
+            at = np.load(directory / "metadata.npy", allow_pickle=False)
+            index._meta = MetadataTable.of([values[i] for i in at.tolist()])
         else:
-            index._meta_at = index._slots(state["metadata"])
-        if not len(index._ids) == len(index._corpus) == len(index._meta_at):
+            index._meta = MetadataTable.of(state["metadata"])
+        if not len(index._ids) == len(index._corpus) == len(index._meta):
             raise ValueError("ids, offsets.npy and metadata disagree on the number of texts")
         index._position = {id_: p for p, id_ in enumerate(index._ids)}
         index._stale = True
