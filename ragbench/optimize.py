@@ -11,7 +11,8 @@ confidence and the command that deploys it. The sweep's stages are cached like a
 second call costs seconds.
 
 A corpus of more than ``SAMPLE_CHARS`` characters is swept on a sample of its documents
-(``ragbench.data.sample``: stratified by folder, file type and size, seeded): labels are
+(``ragbench.data.sample``: half seeds stratified by folder, file type and size, half their
+nearest neighbours by tf-idf, so that queries have near misses to rank; seeded): labels are
 generated from the sample, or a labeled set's sweep keeps the documents its queries judge. The
 pick is deployed on every document: the printed deploy command indexes the folder as it is
 then (``Optimized.deploy_command``), not the copy of its documents generated labels hold.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import math
@@ -303,8 +304,11 @@ def test_metadata_keeps_each_distinct_value_once_and_filters_see_it(tmp_path: Pa
     assert found({"n": [1]}) == {"c0", "c2", "c3", "c6"}  # saved, the tuple is a list
     state = json.loads((tmp_path / "bm25" / "index.json").read_text(encoding="utf-8"))
     columns = state["metadata_columns"]["columns"]
-    assert columns["doc"] == {"values": ["a", "b", "c"], "codes": [0, 2, 0, 1, 1, -1, -1]}
-    assert columns["n"] == {"values": [[1], [1]], "codes": [0, -1, 0, 1, 0, -1, -1]}
+    codes = {
+        k: np.frombuffer(base64.b64decode(c["codes"]), "<i4").tolist() for k, c in columns.items()
+    }
+    assert columns["doc"]["values"] == ["a", "b", "c"] and columns["n"]["values"] == [[1], [1]]
+    assert codes == {"doc": [0, 2, 0, 1, 1, -1, -1], "n": [0, -1, 0, 1, 0, -1, -1]}
 
 
 def test_a_folder_saved_before_metadata_was_kept_once_still_loads(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ costs a few bytes a key, and a filter is a comparison of codes instead of a loop
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,6 +22,16 @@ __all__ = ["MetadataTable", "matches"]
 def matches(metadata: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
     """True when ``metadata`` has every key of ``filter`` with an equal value."""
     return all(key in metadata and metadata[key] == value for key, value in filter.items())
+
+
+def _encode(codes: np.ndarray) -> str:
+    return base64.b64encode(codes.astype("<i4").tobytes()).decode("ascii")
+
+
+def _decode(codes: str | list[int]) -> np.ndarray:
+    if isinstance(codes, list):
+        return np.asarray(codes, dtype=np.int32)
+    return np.frombuffer(base64.b64decode(codes), dtype="<i4").astype(np.int32)
 
 
 def _unhashable_key(value: Any) -> str:
@@ -166,11 +177,13 @@ class MetadataTable:
                 del self._columns[key]
 
     def to_json(self) -> dict[str, Any]:
-        """The table as JSON: per key its distinct values and each row's code."""
+        """The table as JSON: per key its distinct values and each row's code (little-endian
+        int32, base64: a few bytes a row, where a list of numbers would cost a Python object
+        each while it is written)."""
         return {
             "rows": self._rows,
             "columns": {
-                key: {"values": column.values, "codes": column.codes[: self._rows].tolist()}
+                key: {"values": column.values, "codes": _encode(column.codes[: self._rows])}
                 for key, column in self._columns.items()
             },
         }
@@ -191,7 +204,7 @@ class MetadataTable:
                 except TypeError:
                     key_ = _unhashable_key(value)
                     column._by_type.setdefault(type(value), {}).setdefault(key_, code)
-            codes = np.asarray(saved["codes"], dtype=np.int32)
+            codes = _decode(saved["codes"])
             if len(codes) != table._rows or (len(codes) and codes.max() >= len(column.values)):
                 raise ValueError(f"metadata column {key!r} does not match its rows")
             column.grow(table._rows)
