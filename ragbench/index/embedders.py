@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -293,6 +294,14 @@ def _token_lengths(model: Any, texts: Sequence[str], part: int = 1024) -> list[i
     return lengths
 
 
+@lru_cache(maxsize=1 << 16)
+def _bucket(term: str, dim: int) -> tuple[int, float]:
+    """The column and sign of ``term`` (the frequent terms' kept: a memo of every term seen
+    would grow with the vocabulary, a million terms on a large corpus)."""
+    h = int.from_bytes(hashlib.blake2b(term.encode(), digest_size=8).digest(), "little")
+    return h % dim, 1.0 if (h >> 63) & 1 else -1.0
+
+
 class HashingConfig(ComponentConfig):
     """Feature-hashed bag of words: deterministic, no model; a test double and lexical baseline."""
 
@@ -307,7 +316,6 @@ class HashingEmbedder:
     def __init__(self, config: HashingConfig | None = None) -> None:
         self.config = config or HashingConfig()
         self._tokenizer = WordTokenizer(self.config.tokenizer)
-        self._buckets: dict[str, tuple[int, float]] = {}
         self.stats = EmbedStats()
 
     @property
@@ -320,14 +328,6 @@ class HashingEmbedder:
         """Cache identity: the full config."""
         return f"hashing|{self.config.key()}"
 
-    def _bucket(self, term: str) -> tuple[int, float]:
-        hit = self._buckets.get(term)
-        if hit is None:
-            h = int.from_bytes(hashlib.blake2b(term.encode(), digest_size=8).digest(), "little")
-            hit = (h % self.config.dim, 1.0 if (h >> 63) & 1 else -1.0)
-            self._buckets[term] = hit
-        return hit
-
     def embed(self, texts: Sequence[str], role: Role = "document") -> np.ndarray:
         """Vectors for ``texts``; ``role`` does not change them."""
         started = time.perf_counter()
@@ -337,7 +337,7 @@ class HashingEmbedder:
             for term in self._tokenizer.tokenize(text):
                 counts[term] = counts.get(term, 0) + 1
             for term, tf in counts.items():
-                col, sign = self._bucket(term)
+                col, sign = _bucket(term, self.config.dim)
                 out[row, col] += sign * (1.0 + np.log(tf))
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         np.divide(out, norms, out=out, where=norms > 0)
